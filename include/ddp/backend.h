@@ -1,0 +1,84 @@
+// ddp::Backend: what a communication engine (gloo, nccl, ...) implements. A backend only moves
+// and reduces bytes. Everything every backend needs (the async queue, sequence numbers,
+// timeouts, progress records, argument checks, debug checks, AVG and 16-bit float emulation)
+// lives above it in ProcessGroup.
+//
+// Calls come from one thread at a time (the group's worker), already validated; each must
+// finish or throw by `deadline`. Throwing any exception is fine: the group turns it into a
+// ddp::Error with context.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "ddp/types.h"
+
+namespace ddp {
+
+class Store;
+
+class Backend {
+ public:
+  using Deadline = std::chrono::steady_clock::time_point;
+
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // Whether buffers on `device` can be used (gloo: the CPU; nccl: CUDA devices).
+  virtual bool accepts(const Device& device) const = 0;
+
+  // Whether the backend reduces `dtype` with `op` natively. When not, the group emulates it:
+  // 16-bit floats through float32, AVG through SUM and a division.
+  virtual bool supports(DataType dtype, ReduceOp op) const = 0;
+
+  virtual void all_reduce(Buffer data, ReduceOp op, Deadline deadline) = 0;
+  virtual void broadcast(Buffer data, int root, Deadline deadline) = 0;
+  // The result lands in `data` on `root`; other ranks' `data` is left as it was.
+  virtual void reduce(Buffer data, ReduceOp op, int root, Deadline deadline) = 0;
+  // output holds size() * input.count elements, rank r's input at offset r * input.count.
+  virtual void all_gather(Buffer input, Buffer output, Deadline deadline) = 0;
+  // As all_gather, with the output on `root` only (others pass an empty output).
+  virtual void gather(Buffer input, Buffer output, int root, Deadline deadline) = 0;
+  // `root`'s input holds size() * output.count elements; rank r receives the r-th chunk.
+  virtual void scatter(Buffer input, Buffer output, int root, Deadline deadline) = 0;
+  // input holds size() * output.count elements; rank r gets the reduction of every rank's r-th chunk.
+  virtual void reduce_scatter(Buffer input, Buffer output, ReduceOp op, Deadline deadline) = 0;
+  // input and output hold size() equal chunks; chunk j of rank i goes to chunk i of rank j.
+  virtual void all_to_all(Buffer input, Buffer output, Deadline deadline) = 0;
+  virtual void barrier(Deadline deadline) = 0;
+
+  // Point to point. post_send/post_recv start the transfer without blocking and return a waiter
+  // that blocks until it is done (or throws at its deadline).
+  using Waiter = std::function<void(Deadline)>;
+  virtual Waiter post_send(Buffer data, int dst, std::uint32_t tag) = 0;
+  virtual Waiter post_recv(Buffer data, int src, std::uint32_t tag) = 0;
+
+  // Called on the worker after an operation failed: release the connections so that peers
+  // blocked on this rank fail fast instead of waiting for their timeout.
+  virtual void abort() noexcept = 0;
+};
+
+// What a backend factory gets.
+struct BackendContext {
+  std::shared_ptr<Store> store;  // private to this group (prefixed)
+  int rank = 0;
+  int size = 1;
+  std::chrono::milliseconds timeout = kDefaultTimeout;
+  std::string master_addr;  // the job's master host, to pick the interface that reaches it
+};
+
+using BackendFactory = std::function<std::unique_ptr<Backend>(const BackendContext&)>;
+
+// Makes `name` available to init_process_group and new_group. Thread-safe; replaces an earlier
+// registration of the same name.
+void register_backend(const std::string& name, BackendFactory factory);
+// True when `name` is registered (a stub backend that explains what to install counts).
+bool is_backend_registered(const std::string& name);
+
+}  // namespace ddp

@@ -1,0 +1,72 @@
+// Plain value types shared by every layer: element types, reduction operators, devices and the
+// untyped buffers that backends move. No LibTorch types appear here.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace ddp {
+
+// Element types a collective can carry. float16 and bfloat16 are reduced with float32 arithmetic.
+enum class DataType : std::uint8_t {
+  Float32,
+  Float64,
+  Float16,
+  BFloat16,
+  Int8,
+  UInt8,
+  Int32,
+  Int64,
+};
+
+// Bytes per element of `type`.
+std::size_t element_size(DataType type);
+// "float32", "int64", ...
+std::string_view to_string(DataType type);
+bool is_floating_point(DataType type);
+
+// Reduction operators, as torch.distributed.ReduceOp. AVG is SUM divided by the group size
+// (integers: truncated). BAND, BOR and BXOR are valid for integer types only.
+enum class ReduceOp : std::uint8_t { SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR, BXOR };
+
+// "SUM", "AVG", ...
+std::string_view to_string(ReduceOp op);
+
+// Where a buffer lives.
+struct Device {
+  enum class Type : std::uint8_t { CPU, CUDA };
+  Type type = Type::CPU;
+  int index = -1;  // CUDA device ordinal; -1 for the CPU
+
+  bool is_cpu() const { return type == Type::CPU; }
+  bool is_cuda() const { return type == Type::CUDA; }
+  bool operator==(const Device&) const = default;
+};
+
+// "cpu" or "cuda:N".
+std::string to_string(const Device& device);
+
+// A contiguous run of `count` elements of `dtype` at `data` on `device`. A view: it owns nothing,
+// and the memory must stay valid until the operation that uses it has completed.
+struct Buffer {
+  void* data = nullptr;
+  std::size_t count = 0;
+  DataType dtype = DataType::Float32;
+  Device device = {};
+
+  std::size_t bytes() const { return count * element_size(dtype); }
+};
+
+// Builds a Buffer over an array of a C++ arithmetic type.
+template <typename T>
+Buffer buffer_of(T* data, std::size_t count);
+
+// PyTorch's default collective timeout.
+inline constexpr std::chrono::milliseconds kDefaultTimeout = std::chrono::minutes(30);
+
+}  // namespace ddp
+
+#include "ddp/detail/types_inl.h"

@@ -1,0 +1,61 @@
+// ddp::Work: the handle of an asynchronous operation (torch.distributed's Work).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace ddp {
+
+class Work {
+ public:
+  // `description` names the operation in errors, e.g. "all_reduce #12 in group 'world'".
+  explicit Work(std::string description);
+  virtual ~Work() = default;
+  Work(const Work&) = delete;
+  Work& operator=(const Work&) = delete;
+
+  // Blocks until the operation finished; rethrows its error (a ddp::Error) if it failed. Every
+  // operation is bounded by its group's timeout, so this returns or throws in bounded time.
+  void wait();
+
+  // As wait(), but throws TimeoutError (naming the operation and, for collectives, the ranks
+  // that had not reached it) if it has not finished within `timeout`. The operation itself goes on.
+  void wait(std::chrono::milliseconds timeout);
+
+  bool is_completed() const;
+  // Completed without error.
+  bool is_success() const;
+  // The error, once completed with one; null otherwise.
+  std::exception_ptr exception() const;
+  const std::string& description() const { return description_; }
+
+  // Runs `callback` once the work completes (at once, on this thread, if it already has;
+  // otherwise on the thread that completes it). Callbacks must not throw or block for long.
+  void then(std::function<void(Work&)> callback);
+
+  // --- for backends and the process group ---
+  // Completes the work (error: null for success). Later calls are ignored. Thread-safe.
+  void finish(std::exception_ptr error = nullptr);
+  // Says what a caller's wait(timeout) reports when it runs out (set by the process group).
+  void set_timeout_explainer(std::function<std::string()> explain);
+
+  // An already completed Work (for a group of one and for no-ops).
+  static std::shared_ptr<Work> completed(std::string description);
+
+ private:
+  const std::string description_;
+  mutable std::mutex mutex_;
+  std::condition_variable done_cv_;
+  bool done_ = false;
+  std::exception_ptr error_;
+  std::vector<std::function<void(Work&)>> callbacks_;
+  std::function<std::string()> explain_timeout_;
+};
+
+}  // namespace ddp

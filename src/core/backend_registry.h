@@ -1,0 +1,14 @@
+// Looking up backends by name (see register_backend in ddp/backend.h).
+#pragma once
+
+#include "ddp/backend.h"
+
+namespace ddp::detail {
+
+// Registers gloo and nccl (or nccl's stub) once; later calls do nothing.
+void register_builtin_backends();
+
+// The factory registered as `name`. Throws InvalidArgument listing the known names.
+BackendFactory find_backend(const std::string& name);
+
+}  // namespace ddp::detail

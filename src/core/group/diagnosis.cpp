@@ -1,0 +1,89 @@
+#include "group/diagnosis.h"
+
+#include "ddp/store.h"
+#include "store/lost_ranks.h"
+#include "util/strings.h"
+
+namespace ddp::detail {
+namespace {
+
+std::string where(const PeerState& p) {
+  if (!p.progress || p.progress->started == 0) return "it has not started any collective in this group";
+  const auto& r = *p.progress;
+  std::string last = describe(r.last);
+  return r.finished >= r.started ? cat("its last was ", last, ", finished")
+                                 : cat("it is in ", last, ", not finished");
+}
+
+std::string rank_name(const PeerState& p) {
+  return p.rank == p.global_rank ? cat("rank ", p.rank) : cat("rank ", p.rank, " (global rank ", p.global_rank, ")");
+}
+
+}  // namespace
+
+Diagnosis diagnose(const Op& op, int rank, const std::vector<PeerState>& peers) {
+  Diagnosis d;
+  std::vector<std::string> lost, mismatched, behind;
+  const Fingerprint mine = fingerprint(op);
+  for (const auto& p : peers) {
+    if (p.rank == rank) continue;
+    if (p.lost) {
+      lost.push_back(cat(rank_name(p), " (", *p.lost, ")"));
+      continue;
+    }
+    if (!op.is_collective()) continue;
+    const bool reached = p.progress && p.progress->started > op.seq;
+    if (!reached) {
+      behind.push_back(cat(rank_name(p), ": ", where(p)));
+    } else if (p.progress->started == op.seq + 1 && p.progress->last != mine) {
+      mismatched.push_back(cat(rank_name(p), " called ", describe(p.progress->last)));
+    }
+  }
+  if (!lost.empty()) {
+    d.kind = Diagnosis::Kind::Lost;
+    d.text = cat(lost.size() == 1 ? "Lost " : "Lost ranks: ", join(lost, "; "),
+                 ": its connection to the store closed without a goodbye, so the process most likely died. "
+                 "Look at that rank's output for the cause; the job cannot continue without it "
+                 "(restart it, e.g. with ddprun --max_restarts).");
+    return d;
+  }
+  if (!mismatched.empty()) {
+    d.kind = Diagnosis::Kind::Mismatch;
+    d.text = cat("Ranks disagree on collective #", op.seq, ": this rank (", rank, ") called ", describe(op), ", but ",
+                 join(mismatched, "; "),
+                 ". Every rank must call the same collectives, with the same sizes and types, in the same order.");
+    return d;
+  }
+  if (!behind.empty()) {
+    d.kind = Diagnosis::Kind::Behind;
+    d.text = cat("Ranks that had not reached ", describe(op), ": ", join(behind, "; "),
+                 ". Such a rank may be stopped (SIGSTOP, a debugger), stuck or slow in its own work, or skipping "
+                 "this collective (a rank-dependent branch).");
+  }
+  return d;
+}
+
+std::vector<PeerState> read_peer_states(Store& group_store, Store& root, int rank,
+                                        const std::vector<int>& global_ranks,
+                                        std::chrono::milliseconds budget) {
+  std::vector<PeerState> peers;
+  const auto deadline = std::chrono::steady_clock::now() + budget;
+  for (int r = 0; r < static_cast<int>(global_ranks.size()); ++r) {
+    PeerState p;
+    p.rank = r;
+    p.global_rank = global_ranks[r];
+    if (r != rank && std::chrono::steady_clock::now() < deadline) {
+      auto lost = find_lost_ranks(root, {p.global_rank});
+      if (!lost.empty()) p.lost = lost.front().second;
+      try {
+        const std::string key = progress_key(r);
+        if (group_store.check({key})) p.progress = decode_progress(group_store.get(key));
+      } catch (...) {
+      }
+    }
+    peers.push_back(std::move(p));
+  }
+  return peers;
+}
+
+}  // namespace ddp::detail

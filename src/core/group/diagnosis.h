@@ -1,0 +1,42 @@
+// Explaining a failed or stalled collective from what the other ranks recorded: who was lost,
+// who had not reached the operation, who called something else.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ddp/error.h"
+#include "group/op.h"
+#include "group/progress.h"
+
+namespace ddp {
+class Store;
+}
+
+namespace ddp::detail {
+
+struct PeerState {
+  int rank = 0;                           // group rank
+  int global_rank = 0;
+  std::optional<ProgressRecord> progress; // none: never published
+  std::optional<std::string> lost;        // set when the store recorded the rank as lost
+};
+
+struct Diagnosis {
+  enum class Kind { None, Lost, Mismatch, Behind };
+  Kind kind = Kind::None;
+  std::string text;  // one or more sentences; empty when nothing is known
+};
+
+// Pure: what the peers' states say about `op` (issued by group rank `rank`).
+Diagnosis diagnose(const Op& op, int rank, const std::vector<PeerState>& peers);
+
+// Reads every other rank's progress and lost-rank record. Never throws; gives up on the store
+// after `budget`. `root` is the store the server writes lost-rank records to.
+std::vector<PeerState> read_peer_states(Store& group_store, Store& root, int rank,
+                                        const std::vector<int>& global_ranks,
+                                        std::chrono::milliseconds budget);
+
+}  // namespace ddp::detail

@@ -1,0 +1,257 @@
+#include "net/socket.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#include "ddp/error.h"
+#include "util/strings.h"
+
+namespace ddp::detail {
+namespace {
+
+std::string errno_text(int error) { return std::strerror(error); }
+
+int remaining_ms(Clock::time_point deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  return static_cast<int>(std::clamp<long long>(left.count(), 0, 1 << 30));
+}
+
+// Waits until fd is ready for `events`; throws TimeoutError at the deadline.
+void wait_ready(int fd, short events, Clock::time_point deadline, std::string_view peer,
+                std::string_view doing) {
+  for (;;) {
+    pollfd p{fd, events, 0};
+    int ms = remaining_ms(deadline);
+    int rc = ::poll(&p, 1, ms);
+    if (rc > 0) return;
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc < 0) throw IOError(cat("poll failed while ", doing, " ", peer, ": ", errno_text(errno)));
+    if (ms == 0) throw TimeoutError(cat("timed out ", doing, " ", peer));
+  }
+}
+
+struct AddrInfo {
+  addrinfo* list = nullptr;
+  ~AddrInfo() {
+    if (list) freeaddrinfo(list);
+  }
+};
+
+}  // namespace
+
+Fd& Fd::operator=(Fd&& other) noexcept {
+  if (this != &other) reset(other.release());
+  return *this;
+}
+
+void Fd::reset(int fd) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = fd;
+}
+
+void set_nonblocking(int fd) {
+  int flags = ::fcntl(fd, F_GETFL, 0);
+  ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+}
+
+void set_nodelay(int fd) {
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+Fd connect_with_retry(const std::string& host, std::uint16_t port, Clock::time_point deadline,
+                      std::string_view what) {
+  const auto start = Clock::now();
+  auto backoff = std::chrono::milliseconds(10);
+  std::string last_error = "no attempt made";
+  for (;;) {
+    AddrInfo info;
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    const std::string service = std::to_string(port);
+    int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &info.list);
+    if (rc != 0) {
+      last_error = cat("cannot resolve host ", quote(host), ": ", gai_strerror(rc));
+    } else {
+      for (addrinfo* a = info.list; a; a = a->ai_next) {
+        Fd fd(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol));
+        if (!fd) {
+          last_error = errno_text(errno);
+          continue;
+        }
+        // Non-blocking connect so that an unreachable host cannot hold us past the deadline.
+        set_nonblocking(fd.get());
+        rc = ::connect(fd.get(), a->ai_addr, a->ai_addrlen);
+        if (rc != 0 && errno == EINPROGRESS) {
+          pollfd p{fd.get(), POLLOUT, 0};
+          int ms = std::min(remaining_ms(deadline), 5000);
+          rc = ::poll(&p, 1, ms);
+          if (rc == 1) {
+            int error = 0;
+            socklen_t len = sizeof error;
+            ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &error, &len);
+            rc = error == 0 ? 0 : -1;
+            errno = error;
+          } else {
+            rc = -1;
+            errno = ETIMEDOUT;
+          }
+        }
+        if (rc == 0) {
+          int flags = ::fcntl(fd.get(), F_GETFL, 0);
+          ::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK);
+          set_nodelay(fd.get());
+          return fd;
+        }
+        last_error = errno_text(errno);
+      }
+    }
+    if (Clock::now() + backoff >= deadline) break;
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+  }
+  auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+  throw TimeoutError(cat("could not connect to ", what, " at ", host, ":", port, " after ",
+                         format_duration(waited), " (last error: ", last_error,
+                         "). Check that the process hosting it (rank 0 or the launcher) is "
+                         "running, that MASTER_ADDR and MASTER_PORT name it, and that no "
+                         "firewall blocks the port."));
+}
+
+Fd listen_on(std::uint16_t port, int backlog) {
+  Fd fd(::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  int one = 1, zero = 0;
+  int rc = -1;
+  if (fd) {
+    ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    ::setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+    sockaddr_in6 addr{};
+    addr.sin6_family = AF_INET6;
+    addr.sin6_addr = in6addr_any;
+    addr.sin6_port = htons(port);
+    rc = ::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  }
+  if (rc != 0 && (!fd || errno == EAFNOSUPPORT || errno == EADDRNOTAVAIL)) {
+    fd.reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!fd) throw IOError(cat("cannot create a socket: ", errno_text(errno)));
+    ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_ANY);
+    addr.sin_port = htons(port);
+    rc = ::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  }
+  if (rc != 0) {
+    if (errno == EADDRINUSE) {
+      throw IOError(cat("port ", port,
+                        " is already in use on this machine: another job, or an earlier run that "
+                        "has not exited, holds it. Choose another port (MASTER_PORT, "
+                        "--master_port) or let ddp pick a free one (port 0, ddprun --standalone)."));
+    }
+    throw IOError(cat("cannot bind port ", port, ": ", errno_text(errno)));
+  }
+  if (::listen(fd.get(), backlog) != 0) {
+    throw IOError(cat("cannot listen on port ", port, ": ", errno_text(errno)));
+  }
+  return fd;
+}
+
+std::uint16_t local_port(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  if (addr.ss_family == AF_INET6) return ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
+  return ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+}
+
+void send_all(int fd, std::string_view data, Clock::time_point deadline, std::string_view peer) {
+  std::size_t sent = 0;
+  while (sent < data.size()) {
+    ssize_t n = ::send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      sent += static_cast<std::size_t>(n);
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      wait_ready(fd, POLLOUT, deadline, peer, "sending to");
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else {
+      throw IOError(cat("connection to ", peer, " broke while sending: ", errno_text(errno)));
+    }
+  }
+}
+
+bool recv_exact(int fd, char* out, std::size_t size, Clock::time_point deadline,
+                std::string_view peer) {
+  std::size_t got = 0;
+  while (got < size) {
+    ssize_t n = ::recv(fd, out + got, size - got, MSG_DONTWAIT);
+    if (n > 0) {
+      got += static_cast<std::size_t>(n);
+    } else if (n == 0) {
+      if (got == 0) return false;
+      throw IOError(cat("connection to ", peer, " closed in the middle of a message"));
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      wait_ready(fd, POLLIN, deadline, peer, "waiting for a reply from");
+    } else if (errno == EINTR) {
+      continue;
+    } else {
+      throw IOError(cat("connection to ", peer, " broke while receiving: ", errno_text(errno)));
+    }
+  }
+  return true;
+}
+
+std::string local_hostname() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return "localhost";
+  return name;
+}
+
+std::string local_address_toward(const std::string& host) {
+  AddrInfo info;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  if (::getaddrinfo(host.c_str(), "9", &hints, &info.list) != 0) return {};
+  for (addrinfo* a = info.list; a; a = a->ai_next) {
+    // A connected UDP socket sends nothing but makes the kernel pick the route and source address.
+    Fd fd(::socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    if (!fd || ::connect(fd.get(), a->ai_addr, a->ai_addrlen) != 0) continue;
+    sockaddr_storage local{};
+    socklen_t len = sizeof local;
+    if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&local), &len) != 0) continue;
+    char text[INET6_ADDRSTRLEN] = {};
+    const void* src = local.ss_family == AF_INET6
+                          ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr)
+                          : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr);
+    if (::inet_ntop(local.ss_family, src, text, sizeof text)) return text;
+  }
+  return {};
+}
+
+bool is_loopback_host(const std::string& host) {
+  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+}
+
+void raise_open_file_limit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &limit);
+  }
+}
+
+}  // namespace ddp::detail

@@ -1,0 +1,78 @@
+#include "ddp/work.h"
+
+#include "ddp/error.h"
+#include "util/strings.h"
+
+namespace ddp {
+
+Work::Work(std::string description) : description_(std::move(description)) {}
+
+void Work::wait() {
+  std::unique_lock lock(mutex_);
+  done_cv_.wait(lock, [&] { return done_; });
+  if (error_) std::rethrow_exception(error_);
+}
+
+void Work::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  if (!done_cv_.wait_for(lock, timeout, [&] { return done_; })) {
+    auto explain = explain_timeout_;
+    lock.unlock();
+    std::string why = explain ? explain() : std::string();
+    throw TimeoutError(detail::cat(description_, " did not finish within ", detail::format_duration(timeout),
+                                   " of waiting", why.empty() ? "." : ". " + why));
+  }
+  if (error_) std::rethrow_exception(error_);
+}
+
+bool Work::is_completed() const {
+  std::lock_guard lock(mutex_);
+  return done_;
+}
+
+bool Work::is_success() const {
+  std::lock_guard lock(mutex_);
+  return done_ && !error_;
+}
+
+std::exception_ptr Work::exception() const {
+  std::lock_guard lock(mutex_);
+  return error_;
+}
+
+void Work::then(std::function<void(Work&)> callback) {
+  {
+    std::lock_guard lock(mutex_);
+    if (!done_) {
+      callbacks_.push_back(std::move(callback));
+      return;
+    }
+  }
+  callback(*this);
+}
+
+void Work::finish(std::exception_ptr error) {
+  std::vector<std::function<void(Work&)>> callbacks;
+  {
+    std::lock_guard lock(mutex_);
+    if (done_) return;
+    done_ = true;
+    error_ = std::move(error);
+    callbacks.swap(callbacks_);
+  }
+  done_cv_.notify_all();
+  for (auto& callback : callbacks) callback(*this);
+}
+
+void Work::set_timeout_explainer(std::function<std::string()> explain) {
+  std::lock_guard lock(mutex_);
+  explain_timeout_ = std::move(explain);
+}
+
+std::shared_ptr<Work> Work::completed(std::string description) {
+  auto work = std::make_shared<Work>(std::move(description));
+  work->finish();
+  return work;
+}
+
+}  // namespace ddp

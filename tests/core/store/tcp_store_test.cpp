@@ -1,0 +1,309 @@
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <thread>
+
+#include "ddp/error.h"
+#include "ddp/tcp_store.h"
+#include "net/socket.h"
+#include "store/lost_ranks.h"
+#include "store/wire.h"
+#include "store_contract.h"
+#include "support/multiprocess.h"
+
+namespace ddp {
+namespace {
+
+using namespace std::chrono_literals;
+
+TCPStoreOptions client_of(const TCPStoreServer& server, std::string job = "") {
+  TCPStoreOptions options;
+  options.port = server.port();
+  options.timeout = 5s;
+  options.job_id = std::move(job);
+  return options;
+}
+
+// A raw socket to the server, for speaking bytes that no honest client would.
+detail::Fd raw_connection(std::uint16_t port) {
+  return detail::connect_with_retry("127.0.0.1", port, detail::Clock::now() + 5s, "test server");
+}
+
+std::string hello_frame(std::string job = "", std::int64_t rank = -1) {
+  detail::wire::Request hello;
+  hello.op = detail::wire::Op::Hello;
+  hello.job_id = std::move(job);
+  hello.number = rank;
+  hello.pid = 1;
+  hello.host = "test";
+  return std::string(detail::wire::kPreamble) + detail::wire::encode(hello);
+}
+
+// True when the server closed the connection (reads EOF within the timeout).
+bool closed_by_server(int fd) {
+  char buf[256];
+  for (;;) {
+    try {
+      if (!detail::recv_exact(fd, buf, 1, detail::Clock::now() + 5s, "server")) return true;
+    } catch (const IOError&) {
+      return true;
+    } catch (const TimeoutError&) {
+      return false;
+    }
+  }
+}
+
+}  // namespace
+
+TEST(TCPStore, FollowsTheStoreContract) {
+  TCPStoreServer server(0, "");
+  TCPStore store(client_of(server));
+  test::check_store_contract(store);
+}
+
+TEST(TCPStore, ServerInProcessWithPortZero) {
+  TCPStoreOptions options;
+  options.port = 0;
+  options.is_server = true;
+  options.timeout = 5s;
+  TCPStore store(options);
+  EXPECT_GT(store.port(), 0);
+  store.set("k", "v");
+  auto other = store.clone();
+  EXPECT_EQ(other->get("k"), "v");
+}
+
+TEST(TCPStore, BlockingGetIsWokenByAnotherClient) {
+  TCPStoreServer server(0, "");
+  TCPStore waiter(client_of(server)), setter(client_of(server));
+  std::thread t([&] {
+    std::this_thread::sleep_for(100ms);
+    setter.set("late", "here");
+  });
+  EXPECT_EQ(waiter.get("late"), "here");
+  t.join();
+}
+
+TEST(TCPStore, WaitTimesOutNamingTheMissingKeys) {
+  TCPStoreServer server(0, "");
+  TCPStore store(client_of(server));
+  store.set("present", "1");
+  try {
+    store.wait({"present", "missing-key"}, 200ms);
+    FAIL() << "no timeout";
+  } catch (const TimeoutError& e) {
+    std::string message = e.what();
+    EXPECT_NE(message.find("missing-key"), std::string::npos) << message;
+    EXPECT_EQ(message.find("\"present\""), std::string::npos) << message;
+  }
+  // The connection is still in step after a timeout.
+  EXPECT_EQ(store.get("present"), "1");
+}
+
+TEST(TCPStore, ServesOver1024ConcurrentClientsParkedOnOneKey) {
+  TCPStoreServer server(0, "");
+  constexpr int kClients = 1100;
+  const auto deadline = detail::Clock::now() + 60s;
+  std::vector<detail::Fd> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.push_back(raw_connection(server.port()));
+    detail::send_all(clients.back().get(), hello_frame(), deadline, "server");
+  }
+  detail::wire::Request get{detail::wire::Op::Get, "go"};
+  get.number = 30000;
+  const std::string get_frame = detail::wire::encode(get);
+  auto read_reply = [&](int fd) {
+    char header[4];
+    EXPECT_TRUE(detail::recv_exact(fd, header, 4, deadline, "server"));
+    std::uint32_t size;
+    std::memcpy(&size, header, 4);
+    std::string frame(header, 4);
+    frame.resize(4 + size);
+    EXPECT_TRUE(detail::recv_exact(fd, frame.data() + 4, size, deadline, "server"));
+    detail::wire::Response response;
+    std::size_t consumed;
+    std::string error;
+    EXPECT_EQ(detail::wire::parse(frame, response, consumed, error), detail::wire::Parse::Complete) << error;
+    return response;
+  };
+  for (auto& c : clients) {
+    EXPECT_EQ(read_reply(c.get()).status, detail::wire::Status::Ok);  // hello
+    detail::send_all(c.get(), get_frame, deadline, "server");          // parks on "go"
+  }
+  EXPECT_GE(server.num_clients(), static_cast<std::size_t>(kClients));
+  TCPStore setter(client_of(server));
+  setter.set("go", "now");
+  for (auto& c : clients) {
+    auto response = read_reply(c.get());
+    EXPECT_EQ(response.status, detail::wire::Status::Value);
+    EXPECT_EQ(response.value, "now");
+  }
+}
+
+TEST(TCPStore, ConcurrentAddsFromManyProcessesAreAtomic) {
+  static TCPStoreServer* server = nullptr;
+  static int port = 0;
+  std::unique_ptr<TCPStoreServer> owned;
+  if (!test::is_rank_process()) {
+    owned = std::make_unique<TCPStoreServer>(0, "job-x");
+    server = owned.get();
+    port = server->port();
+  }
+  test::RunOptions options;
+  options.env["TEST_STORE_PORT"] = std::to_string(port);
+  test::run_ranks(5, [](int rank, int world) {
+    TCPStoreOptions o;
+    o.port = static_cast<std::uint16_t>(std::atoi(std::getenv("TEST_STORE_PORT")));
+    o.job_id = "job-x";
+    o.rank = rank;
+    o.timeout = 20s;
+    TCPStore store(o);
+    for (int i = 0; i < 200; ++i) store.add("total", 1);
+    store.set("done/" + std::to_string(rank), "1");
+    std::vector<std::string> keys;
+    for (int r = 0; r < world; ++r) keys.push_back("done/" + std::to_string(r));
+    store.wait(keys);
+    EXPECT_EQ(store.get("total"), "1000");
+  }, options);
+  if (owned) {
+    TCPStore check(client_of(*owned, "job-x"));
+    EXPECT_EQ(check.get("total"), "1000");
+    // Every rank said goodbye: none is recorded as lost.
+    EXPECT_TRUE(detail::find_lost_ranks(check, {0, 1, 2, 3, 4}).empty());
+  }
+}
+
+TEST(TCPStore, RefusesAClientOfAnotherJobWithClearErrors) {
+  TCPStoreServer server(0, "job-a");
+  TCPStore ours(client_of(server, "job-a"));
+  try {
+    TCPStore theirs(client_of(server, "job-b"));
+    FAIL() << "a client of another job was accepted";
+  } catch (const MismatchError& e) {
+    std::string message = e.what();
+    EXPECT_NE(message.find("job-a"), std::string::npos) << message;
+    EXPECT_NE(message.find("job-b"), std::string::npos) << message;
+    EXPECT_NE(message.find("port"), std::string::npos) << message;
+  }
+  ours.set("still", "serving");
+  EXPECT_EQ(ours.get("still"), "serving");
+}
+
+TEST(TCPStore, ClosesOnlyTheConnectionThatSendsGarbage) {
+  TCPStoreServer server(0, "");
+  TCPStore honest(client_of(server));
+  honest.set("k", "v");
+  const auto deadline = detail::Clock::now() + 5s;
+
+  auto garbage = raw_connection(server.port());  // random bytes instead of a hello
+  detail::send_all(garbage.get(), std::string("GET / HTTP/1.1\r\n\r\n"), deadline, "server");
+  EXPECT_TRUE(closed_by_server(garbage.get()));
+
+  auto no_hello = raw_connection(server.port());  // the preamble, then a request before hello
+  detail::wire::Request set{detail::wire::Op::Set, "k", "stolen"};
+  detail::send_all(no_hello.get(), std::string(detail::wire::kPreamble) + detail::wire::encode(set), deadline, "server");
+  EXPECT_TRUE(closed_by_server(no_hello.get()));
+
+  auto oversized = raw_connection(server.port());  // a length prefix far past the limit
+  std::string frame = hello_frame();
+  detail::send_all(oversized.get(), frame, deadline, "server");
+  char ok[16];
+  ASSERT_TRUE(detail::recv_exact(oversized.get(), ok, 5, deadline, "server"));  // the hello's reply
+  std::uint32_t huge = 0x7fffffff;
+  detail::send_all(oversized.get(), std::string(reinterpret_cast<char*>(&huge), 4), deadline, "server");
+  EXPECT_TRUE(closed_by_server(oversized.get()));
+
+  auto malformed = raw_connection(server.port());  // a frame whose key length runs past its end
+  std::string bad = hello_frame();
+  bad += std::string("\x09\x00\x00\x00\x02\xff\xff\x00\x00xxxx", 13);
+  detail::send_all(malformed.get(), bad, deadline, "server");
+  EXPECT_TRUE(closed_by_server(malformed.get()));
+
+  {
+    auto truncated = raw_connection(server.port());  // half a frame, then the client vanishes
+    std::string half = hello_frame();
+    detail::send_all(truncated.get(), half.substr(0, half.size() / 2), deadline, "server");
+  }
+
+  EXPECT_EQ(honest.get("k"), "v");
+  honest.set("after", "garbage");
+  TCPStore newcomer(client_of(server));
+  EXPECT_EQ(newcomer.get("after"), "garbage");
+}
+
+TEST(TCPStore, RejectsValuesOverTheLimitOnTheClient) {
+  TCPStoreServer server(0, "");
+  TCPStore store(client_of(server));
+  std::string big(kMaxStoreValueBytes + 1, 'x');
+  EXPECT_THROW(store.set("big", big), InvalidArgument);
+  std::string largest(1 << 20, 'y');
+  store.set("mb", largest);
+  EXPECT_EQ(store.get("mb"), largest);
+}
+
+TEST(TCPStore, PortInUseIsAClearError) {
+  TCPStoreServer first(0, "");
+  try {
+    TCPStoreServer second(first.port(), "");
+    FAIL() << "two servers on one port";
+  } catch (const IOError& e) {
+    std::string message = e.what();
+    EXPECT_NE(message.find(std::to_string(first.port())), std::string::npos) << message;
+    EXPECT_NE(message.find("in use"), std::string::npos) << message;
+  }
+}
+
+TEST(TCPStore, ConnectTimeoutNamesHostPortAndWhatToCheck) {
+  TCPStoreOptions options;
+  options.port = static_cast<std::uint16_t>(test::free_port());  // nobody listens there
+  options.timeout = 700ms;
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    TCPStore store(options);
+    FAIL() << "connected to nothing";
+  } catch (const TimeoutError& e) {
+    std::string message = e.what();
+    EXPECT_NE(message.find("127.0.0.1:" + std::to_string(options.port)), std::string::npos) << message;
+    EXPECT_NE(message.find("MASTER_ADDR"), std::string::npos) << message;
+    EXPECT_NE(message.find("firewall"), std::string::npos) << message;
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+}
+
+TEST(TCPStore, RecordsARankThatVanishesWithoutGoodbye) {
+  TCPStoreServer server(0, "");
+  TCPStore observer(client_of(server));
+  {
+    auto dying = raw_connection(server.port());
+    std::string frame = hello_frame("", 3);
+    detail::send_all(dying.get(), frame, detail::Clock::now() + 5s, "server");
+    char reply[5];
+    ASSERT_TRUE(detail::recv_exact(dying.get(), reply, 5, detail::Clock::now() + 5s, "server"));
+  }  // closed without a goodbye, as a killed process's socket is
+  observer.wait({detail::lost_rank_key(3)}, 5s);
+  auto lost = detail::find_lost_ranks(observer, {0, 1, 2, 3});
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0].first, 3);
+  EXPECT_NE(lost[0].second.find("pid 1 on test"), std::string::npos) << lost[0].second;
+}
+
+TEST(TCPStore, ClientFailsClearlyWhenTheServerGoesAway) {
+  auto server = std::make_unique<TCPStoreServer>(0, "");
+  TCPStore store(client_of(*server));
+  store.set("k", "v");
+  server.reset();
+  try {
+    store.get("k");
+    FAIL() << "no error after the server went away";
+  } catch (const PeerLostError& e) {
+    std::string message = e.what();
+    EXPECT_NE(message.find("store"), std::string::npos) << message;
+    EXPECT_NE(message.find("rank 0 or the launcher"), std::string::npos) << message;
+  }
+}
+
+}  // namespace ddp
