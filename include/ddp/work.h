@@ -36,7 +36,8 @@ class Work {
   const std::string& description() const { return description_; }
 
   // Runs `callback` once the work completes (at once, on this thread, if it already has;
-  // otherwise on the thread that completes it). Callbacks must not throw or block for long.
+  // otherwise on the thread that completes it), before wait() returns to anyone. In a callback,
+  // exception() tells the outcome. Callbacks must not throw or block for long.
   void then(std::function<void(Work&)> callback);
 
   // --- for backends and the process group ---
@@ -52,7 +53,8 @@ class Work {
   const std::string description_;
   mutable std::mutex mutex_;
   std::condition_variable done_cv_;
-  bool done_ = false;
+  bool finishing_ = false;  // finish() was called: the outcome is known, callbacks may be running
+  bool done_ = false;       // callbacks have run: wait() returns
   std::exception_ptr error_;
   std::vector<std::function<void(Work&)>> callbacks_;
   std::function<std::string()> explain_timeout_;

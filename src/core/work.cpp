@@ -37,13 +37,13 @@ bool Work::is_success() const {
 
 std::exception_ptr Work::exception() const {
   std::lock_guard lock(mutex_);
-  return error_;
+  return error_;  // set before callbacks run, so a callback can read its outcome here
 }
 
 void Work::then(std::function<void(Work&)> callback) {
   {
     std::lock_guard lock(mutex_);
-    if (!done_) {
+    if (!finishing_) {
       callbacks_.push_back(std::move(callback));
       return;
     }
@@ -55,13 +55,19 @@ void Work::finish(std::exception_ptr error) {
   std::vector<std::function<void(Work&)>> callbacks;
   {
     std::lock_guard lock(mutex_);
-    if (done_) return;
-    done_ = true;
+    if (finishing_) return;
+    finishing_ = true;
     error_ = std::move(error);
     callbacks.swap(callbacks_);
   }
-  done_cv_.notify_all();
+  // Callbacks run before waiters are released, so what they do (copy results out, say) is
+  // visible to everyone who returns from wait().
   for (auto& callback : callbacks) callback(*this);
+  {
+    std::lock_guard lock(mutex_);
+    done_ = true;
+  }
+  done_cv_.notify_all();
 }
 
 void Work::set_timeout_explainer(std::function<std::string()> explain) {

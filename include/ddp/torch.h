@@ -1,0 +1,4 @@
+// ddp's LibTorch front.
+#pragma once
+
+#include "ddp/torch/collectives.h"
