@@ -24,6 +24,7 @@ class PrefixStore : public Store {
   // The underlying store's count: keys outside the prefix included (as PyTorch).
   std::int64_t num_keys() override;
   std::shared_ptr<Store> clone() override;
+  void set_timeout(std::chrono::milliseconds timeout) override;
 
   const std::string& prefix() const { return prefix_; }
   const std::shared_ptr<Store>& underlying() const { return store_; }

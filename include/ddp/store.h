@@ -54,7 +54,9 @@ class Store {
   virtual std::shared_ptr<Store> clone() = 0;
 
   std::chrono::milliseconds timeout() const { return timeout_; }
-  void set_timeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }
+  // The timeout of blocking calls and of waiting for a reply. A PrefixStore passes it on to the
+  // store under it.
+  virtual void set_timeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }
 
  protected:
   std::chrono::milliseconds timeout_ = kDefaultTimeout;

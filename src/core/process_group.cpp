@@ -91,7 +91,9 @@ struct ProcessGroup::State {
   std::vector<int> global_ranks;
   std::atomic<long long> timeout_ms{0};
   std::shared_ptr<Store> store;  // this group's keys
-  std::shared_ptr<Store> root;   // where lost-rank records are
+  std::shared_ptr<Store> diag;   // the same keys on a connection of its own with a short timeout,
+                                 // for reading the peers' records when something went wrong
+  std::shared_ptr<Store> diag_root;  // where lost-rank records are, on that connection
   std::unique_ptr<Backend> backend;
   std::unique_ptr<detail::ProgressSlot> progress;
 
@@ -114,7 +116,7 @@ struct ProcessGroup::State {
     if (size > 1) {
       // Explains a caller's wait(timeout) that ran out: read what the peers recorded.
       work->set_timeout_explainer([this, op] {
-        auto peers = detail::read_peer_states(*store, *root, rank, global_ranks, kDiagnosisBudget);
+        auto peers = detail::read_peer_states(*diag, *diag_root, rank, global_ranks, kDiagnosisBudget);
         return detail::diagnose(op, rank, peers).text;
       });
     }
@@ -148,7 +150,7 @@ struct ProcessGroup::State {
     std::string cause;
     Category category = categorize(error, cause);
     detail::Diagnosis diagnosis;
-    if (size > 1 && category != Category::Argument) diagnosis = diagnose(op, category);
+    if (size > 1 && category != Category::Argument && category != Category::Mismatch) diagnosis = diagnose(op, category);
     if (diagnosis.kind == detail::Diagnosis::Kind::Lost) category = Category::PeerLost;
     if (diagnosis.kind == detail::Diagnosis::Kind::Mismatch) category = Category::Mismatch;
     const auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started);
@@ -167,7 +169,7 @@ struct ProcessGroup::State {
         backend->abort();
       }
       try {
-        store->set(failed_key(rank), message);  // lets the peers name the rank that failed first
+        diag->set(failed_key(rank), message);  // lets the peers name the rank that failed first
       } catch (...) {
       }
       detail::log(detail::LogLevel::Error, message);
@@ -178,11 +180,12 @@ struct ProcessGroup::State {
   detail::Diagnosis diagnose(const Op& op, Category category) {
     const auto until = Clock::now() + (category == Category::PeerLost ? kLostRecordGrace : std::chrono::milliseconds(0));
     for (;;) {
-      auto peers = detail::read_peer_states(*store, *root, rank, global_ranks, kDiagnosisBudget);
+      auto peers = detail::read_peer_states(*diag, *diag_root, rank, global_ranks, kDiagnosisBudget);
       auto diagnosis = detail::diagnose(op, rank, peers);
       if (diagnosis.kind == detail::Diagnosis::Kind::Lost || diagnosis.kind == detail::Diagnosis::Kind::Mismatch) {
         return diagnosis;
       }
+      if (!peers.store_error.empty()) return diagnosis;
       if (auto first = first_failure()) return {detail::Diagnosis::Kind::Behind, *first};
       if (Clock::now() >= until) return diagnosis;
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -193,8 +196,8 @@ struct ProcessGroup::State {
   std::optional<std::string> first_failure() {
     try {
       for (int r = 0; r < size; ++r) {
-        if (r != rank && store->check({failed_key(r)})) {
-          return cat("Rank ", r, " failed first: ", store->get(failed_key(r)));
+        if (r != rank && diag->check({failed_key(r)})) {
+          return cat("Rank ", r, " failed first: ", diag->get(failed_key(r)));
         }
       }
     } catch (...) {
@@ -254,7 +257,7 @@ struct ProcessGroup::State {
       } catch (...) {
         std::string cause;
         Category category = categorize(std::current_exception(), cause);
-        auto lost = detail::find_lost_ranks(*root, {global_ranks[op.peer]});
+        auto lost = detail::find_lost_ranks(*diag_root, {global_ranks[op.peer]});
         std::string message = cat(where(op), " failed: ", cause);
         if (!lost.empty()) {
           category = Category::PeerLost;
@@ -283,19 +286,20 @@ struct ProcessGroup::State {
     }
   }
 
-  // Every rank claims its rank, checks the world size, and waits for the others.
+  // Every rank claims its rank, checks the world size, and waits for the others. A rank that
+  // finds a conflict records it under "join_error" so that every waiting rank fails with it too.
   void join() {
     const std::string me = identity();
+    store->add("claims", 1);
     const std::string owner = store->compare_set(cat("rank/", rank, "/owner"), "", me);
     if (owner != me) {
-      store->set(cat("rank/", rank, "/duplicate"), me);
-      throw MismatchError(cat("two processes claim rank ", rank, " of group '", name, "': ", owner, " and this one (",
-                              me, "). Each process needs its own RANK (check the launcher or the RANK variable)."));
+      join_failed(cat("two processes claim rank ", rank, " of group '", name, "': ", owner, " and ", me,
+                      ". Each process needs its own RANK (check the launcher or the RANK variable)."));
     }
-    const std::string claimed = store->compare_set("size", "", cat(size, " (said by rank ", rank, ")"));
+    const std::string claimed = store->compare_set("size", "", cat(size, " (said by rank ", rank, ", ", me, ")"));
     if (detail::parse_int(claimed.substr(0, claimed.find(' '))).value_or(-1) != size) {
-      throw MismatchError(cat("ranks disagree on the size of group '", name, "': this rank (", rank, ") has world size ",
-                              size, ", but ", claimed, ". Start every process with the same WORLD_SIZE."));
+      join_failed(cat("ranks disagree on the size of group '", name, "': rank ", rank, " (", me, ") has world size ",
+                      size, ", but the size is ", claimed, ". Start every process with the same WORLD_SIZE."));
     }
     store->set(cat("joined/", rank), me);
     std::vector<std::string> keys;
@@ -305,15 +309,11 @@ struct ProcessGroup::State {
     for (;;) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
       try {
-        store->wait(keys, std::clamp(left, std::chrono::milliseconds(1), std::chrono::milliseconds(1000)));
+        store->wait(keys, std::clamp(left, std::chrono::milliseconds(1), std::chrono::milliseconds(500)));
         return;
       } catch (const TimeoutError&) {
       }
-      if (store->check({cat("rank/", rank, "/duplicate")})) {
-        throw MismatchError(cat("two processes claim rank ", rank, " of group '", name, "': this one (", me, ") and ",
-                                store->get(cat("rank/", rank, "/duplicate")),
-                                ". Each process needs its own RANK (check the launcher or the RANK variable)."));
-      }
+      if (store->check({"join_error"})) leave_with(store->get("join_error"));
       if (Clock::now() >= deadline) break;
     }
     std::vector<int> missing;
@@ -325,6 +325,25 @@ struct ProcessGroup::State {
                            detail::format_duration(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start)),
                            ". They may not have been started, may have crashed before joining, or may be using another "
                            "MASTER_ADDR/MASTER_PORT or WORLD_SIZE."));
+  }
+
+  [[noreturn]] void join_failed(const std::string& message) {
+    // The first conflict found is the one every rank reports.
+    leave_with(store->compare_set("join_error", "", message));
+  }
+
+  // Before failing, wait (briefly) until every rank that came has seen the error: the rank that
+  // hosts the store must not take it down while the others are still looking.
+  [[noreturn]] void leave_with(const std::string& message) {
+    try {
+      store->add("join_error_seen", 1);
+      const auto until = Clock::now() + std::chrono::seconds(3);
+      while (store->add("join_error_seen", 0) < store->add("claims", 0) && Clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    } catch (...) {
+    }
+    throw MismatchError(message);
   }
 };
 
@@ -356,17 +375,20 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const std::string& backend, s
     if (size > 1) throw InvalidArgument("process group: a group of more than one rank needs a store");
     store = std::make_shared<HashStore>();
   }
-  state->root = root_of(store);
   state->store = std::make_shared<PrefixStore>("pg/" + options.name, store);
-  state->store->set_timeout(options.timeout);
   if (size == 1) {
     state->backend = detail::make_local_backend(backend);
   } else {
     state->join();
+    state->diag = state->store->clone();
+    state->diag->set_timeout(kDiagnosisBudget);
+    state->diag_root = root_of(state->diag);
     BackendContext context{std::make_shared<PrefixStore>("backend", state->store), rank, size, options.timeout,
                            options.master_addr};
     state->backend = factory(context);
-    state->progress = std::make_unique<detail::ProgressSlot>(state->store->clone(), rank);
+    auto progress_store = state->store->clone();
+    progress_store->set_timeout(kDiagnosisBudget);  // a stopped store host must not hold the reporter long
+    state->progress = std::make_unique<detail::ProgressSlot>(std::move(progress_store), rank);
     state->worker = std::make_unique<detail::Worker>("ddp-" + options.name);
     state->p2p_waiter = std::make_unique<detail::Worker>("ddp-p2p-" + options.name);
   }

@@ -126,8 +126,12 @@ int free_port() {
 
 std::vector<RankResult> run_ranks(int world, const std::function<void(int, int)>& body, const RunOptions& options) {
   const std::string name = current_test_name();
+  // A test may call run_ranks several times: each call is numbered, and a rank process runs the
+  // body of its own call only.
+  static std::map<std::string, int> calls;
+  const int call = calls[name]++;
   if (const char* of = std::getenv(kWorkerVar)) {
-    if (name == of) body(std::atoi(std::getenv("DDP_TEST_RANK")), world);
+    if (name == of && call == std::atoi(std::getenv("DDP_TEST_CALL"))) body(std::atoi(std::getenv("DDP_TEST_RANK")), world);
     return {};
   }
   const std::string port = std::to_string(free_port());
@@ -136,6 +140,7 @@ std::vector<RankResult> run_ranks(int world, const std::function<void(int, int)>
     std::map<std::string, std::string> env = options.env;
     env[kWorkerVar] = name;
     env["DDP_TEST_RANK"] = std::to_string(rank);
+    env["DDP_TEST_CALL"] = std::to_string(call);
     if (options.set_launch_env) {
       env.emplace("RANK", std::to_string(rank));
       env.emplace("WORLD_SIZE", std::to_string(world));
@@ -143,6 +148,9 @@ std::vector<RankResult> run_ranks(int world, const std::function<void(int, int)>
       env.emplace("LOCAL_WORLD_SIZE", std::to_string(world));
       env.emplace("MASTER_ADDR", "127.0.0.1");
       env.emplace("MASTER_PORT", port);
+    }
+    if (options.rank_env) {
+      for (auto& [key, value] : options.rank_env(rank)) env[key] = value;
     }
     children.push_back(spawn({"/proc/self/exe", "--gtest_filter=" + name, "--gtest_brief=1"}, env));
     children.back().result.rank = rank;
@@ -156,6 +164,9 @@ std::vector<RankResult> run_ranks(int world, const std::function<void(int, int)>
   }
   std::vector<RankResult> results;
   for (auto& c : children) results.push_back(c.result);
+  if (std::getenv("DDP_TEST_VERBOSE")) {  // show every rank's output, passing or not
+    for (const auto& r : results) std::fprintf(stderr, "---- rank %d ----\n%s\n", r.rank, r.output.c_str());
+  }
   if (finished && options.expect_success) {
     for (const auto& r : results) {
       EXPECT_TRUE(r.ok()) << "rank " << r.rank << " failed (exit " << r.exit_code << ", signal " << r.signal

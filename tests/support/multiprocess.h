@@ -34,6 +34,8 @@ struct RunOptions {
   std::map<std::string, std::string> env;  // extra variables for every rank
   bool expect_success = true;              // fail the test when a rank fails
   bool set_launch_env = true;              // RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...
+  // Variables for one rank, set last (they override the others).
+  std::function<std::map<std::string, std::string>(int rank)> rank_env;
 };
 
 // True in a process started by run_ranks.

@@ -21,8 +21,16 @@ std::string rank_name(const PeerState& p) {
 
 }  // namespace
 
-Diagnosis diagnose(const Op& op, int rank, const std::vector<PeerState>& peers) {
+Diagnosis diagnose(const Op& op, int rank, const PeerStates& states) {
   Diagnosis d;
+  if (!states.store_error.empty()) {
+    d.kind = Diagnosis::Kind::Lost;
+    d.text = cat("The job's store cannot be reached either (", states.store_error,
+                 "), so the process hosting it (rank 0, or the launcher) has most likely died: look at its output "
+                 "for the cause.");
+    return d;
+  }
+  const auto& peers = states.peers;
   std::vector<std::string> lost, mismatched, behind;
   const Fingerprint mine = fingerprint(op);
   for (const auto& p : peers) {
@@ -63,27 +71,27 @@ Diagnosis diagnose(const Op& op, int rank, const std::vector<PeerState>& peers) 
   return d;
 }
 
-std::vector<PeerState> read_peer_states(Store& group_store, Store& root, int rank,
-                                        const std::vector<int>& global_ranks,
-                                        std::chrono::milliseconds budget) {
-  std::vector<PeerState> peers;
+PeerStates read_peer_states(Store& group_store, Store& root, int rank, const std::vector<int>& global_ranks,
+                            std::chrono::milliseconds budget) {
+  PeerStates states;
   const auto deadline = std::chrono::steady_clock::now() + budget;
   for (int r = 0; r < static_cast<int>(global_ranks.size()); ++r) {
     PeerState p;
     p.rank = r;
     p.global_rank = global_ranks[r];
-    if (r != rank && std::chrono::steady_clock::now() < deadline) {
-      auto lost = find_lost_ranks(root, {p.global_rank});
-      if (!lost.empty()) p.lost = lost.front().second;
+    if (r != rank && states.store_error.empty() && std::chrono::steady_clock::now() < deadline) {
       try {
+        const std::string lost = lost_rank_key(p.global_rank);
+        if (root.check({lost})) p.lost = root.get(lost);
         const std::string key = progress_key(r);
         if (group_store.check({key})) p.progress = decode_progress(group_store.get(key));
-      } catch (...) {
+      } catch (const std::exception& e) {
+        states.store_error = e.what();
       }
     }
-    peers.push_back(std::move(p));
+    states.peers.push_back(std::move(p));
   }
-  return peers;
+  return states;
 }
 
 }  // namespace ddp::detail

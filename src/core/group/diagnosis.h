@@ -30,13 +30,17 @@ struct Diagnosis {
   std::string text;  // one or more sentences; empty when nothing is known
 };
 
+struct PeerStates {
+  std::vector<PeerState> peers;
+  std::string store_error;  // set when the store could not be read (its host may be gone)
+};
+
 // Pure: what the peers' states say about `op` (issued by group rank `rank`).
-Diagnosis diagnose(const Op& op, int rank, const std::vector<PeerState>& peers);
+Diagnosis diagnose(const Op& op, int rank, const PeerStates& states);
 
 // Reads every other rank's progress and lost-rank record. Never throws; gives up on the store
-// after `budget`. `root` is the store the server writes lost-rank records to.
-std::vector<PeerState> read_peer_states(Store& group_store, Store& root, int rank,
-                                        const std::vector<int>& global_ranks,
-                                        std::chrono::milliseconds budget);
+// after `budget` or its first failure. `root` is the store the server writes lost-rank records to.
+PeerStates read_peer_states(Store& group_store, Store& root, int rank, const std::vector<int>& global_ranks,
+                            std::chrono::milliseconds budget);
 
 }  // namespace ddp::detail

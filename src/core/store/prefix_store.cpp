@@ -42,6 +42,11 @@ bool PrefixStore::delete_key(const std::string& key) { return store_->delete_key
 
 std::int64_t PrefixStore::num_keys() { return store_->num_keys(); }
 
+void PrefixStore::set_timeout(std::chrono::milliseconds timeout) {
+  timeout_ = timeout;
+  store_->set_timeout(timeout);
+}
+
 std::shared_ptr<Store> PrefixStore::clone() {
   auto copy = std::make_shared<PrefixStore>(prefix_, store_->clone());
   copy->set_timeout(timeout_);

@@ -1,0 +1,157 @@
+// What other ranks see when a rank dies, stops, is late, or calls something else.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <thread>
+
+#include "ddp/distributed.h"
+#include "ddp/error.h"
+#include "support/multiprocess.h"
+
+namespace ddp {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+template <typename E, typename F>
+std::string expect_error(F&& call, std::initializer_list<std::string> fragments) {
+  try {
+    call();
+    ADD_FAILURE() << "no error";
+  } catch (const E& e) {
+    std::string message = e.what();
+    for (const auto& f : fragments) EXPECT_NE(message.find(f), std::string::npos) << "missing '" << f << "' in: " << message;
+    return message;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "wrong error type: " << e.what();
+  }
+  return {};
+}
+
+std::string temp_path(const char* what) { return "/tmp/ddp-test-" + std::to_string(::getpid()) + "-" + what; }
+
+TEST(Failures, APeerKilledMidCollectiveIsNamedOnEveryOtherRank) {
+  auto results = test::run_ranks(3, [](int rank, int) {
+    init_process_group("gloo", {.timeout = 30s});
+    auto group = get_default_group();
+    std::vector<float> big(8 << 20, 1.0f);  // 32 MB: long enough to be killed in the middle
+    group->all_reduce(buffer_of(big.data(), 16))->wait();
+    if (rank == 2) {
+      auto work = group->all_reduce(buffer_of(big.data(), big.size()));
+      std::this_thread::sleep_for(20ms);
+      ::raise(SIGKILL);
+    }
+    const auto start = Clock::now();
+    auto first = expect_error<PeerLostError>([&] { group->all_reduce(buffer_of(big.data(), big.size()))->wait(); },
+                                             {"all_reduce #1", "group 'world'", "Lost rank 2", "died"});
+    EXPECT_LT(Clock::now() - start, 15s) << "took longer than necessary: the timeout is 30 s";
+    // The group is unusable now, and says why at once.
+    const auto again = Clock::now();
+    auto later = expect_error<PeerLostError>([&] { group->barrier()->wait(); }, {"Lost rank 2"});
+    EXPECT_EQ(later, first);
+    EXPECT_LT(Clock::now() - again, 1s);
+  }, {.expect_success = false});
+  if (test::is_rank_process()) return;
+  ASSERT_EQ(results.size(), 3u);
+  EXPECT_TRUE(results[0].ok()) << results[0].output;
+  EXPECT_TRUE(results[1].ok()) << results[1].output;
+  EXPECT_EQ(results[2].signal, SIGKILL);
+}
+
+TEST(Failures, AStoppedPeerTimesOutNamingItAndWhereItStopped) {
+  const std::string pid_file = temp_path("stopped-pid");
+  auto results = test::run_ranks(2, [&](int rank, int) {
+    init_process_group("gloo", {.timeout = 3s});
+    auto group = get_default_group();
+    float x = 1;
+    group->all_reduce(buffer_of(&x, 1))->wait();
+    if (rank == 1) {
+      std::ofstream(std::getenv("PID_FILE")) << ::getpid();
+      std::this_thread::sleep_for(300ms);  // let the progress record reach the store
+      ::raise(SIGSTOP);
+      return;
+    }
+    const auto start = Clock::now();
+    expect_error<TimeoutError>([&] { group->all_reduce(buffer_of(&x, 1))->wait(); },
+                               {"all_reduce #1 (float32 x 1, SUM) in group 'world' on rank 0 timed out",
+                                "had not reached all_reduce #1", "rank 1: its last was all_reduce #0", "SIGSTOP"});
+    EXPECT_LT(Clock::now() - start, 13s);
+    int pid = 0;
+    std::ifstream(std::getenv("PID_FILE")) >> pid;
+    if (pid > 0) ::kill(pid, SIGKILL);
+  }, {.env = {{"PID_FILE", pid_file}}, .expect_success = false});
+  if (test::is_rank_process()) return;
+  ::unlink(pid_file.c_str());
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_TRUE(results[0].ok()) << results[0].output;
+  EXPECT_EQ(results[1].signal, SIGKILL);
+}
+
+TEST(Failures, WaitWithATimeoutSaysWhoIsLateAndTheOpGoesOn) {
+  test::run_ranks(2, [](int rank, int) {
+    init_process_group("gloo", {.timeout = 30s});
+    auto group = get_default_group();
+    std::int64_t x = rank + 1;
+    if (rank == 1) std::this_thread::sleep_for(1500ms);
+    auto work = group->all_reduce(buffer_of(&x, 1));
+    if (rank == 0) {
+      expect_error<TimeoutError>([&] { work->wait(300ms); },
+                                 {"all_reduce #0", "did not finish within 300 ms", "had not reached", "rank 1"});
+    }
+    work->wait();
+    EXPECT_EQ(x, 3);
+    destroy_process_group();
+  });
+}
+
+TEST(Failures, MismatchedCollectivesAreReportedInDebugMode) {
+  test::run_ranks(2, [](int rank, int) {
+    init_process_group("gloo", {.timeout = 20s});
+    auto group = get_default_group();
+    float x[20] = {};
+    std::string message;
+    if (rank == 0) {
+      message = expect_error<MismatchError>([&] { group->all_reduce(buffer_of(x, 10))->wait(); }, {});
+    } else {
+      message = expect_error<MismatchError>([&] { group->broadcast(buffer_of(x, 10), 0)->wait(); }, {});
+    }
+    EXPECT_NE(message.find("rank 0 called all_reduce #0 (float32 x 10, SUM)"), std::string::npos) << message;
+    EXPECT_NE(message.find("rank 1 called broadcast #0 (float32 x 10, root 0)"), std::string::npos) << message;
+  }, {.env = {{"DDP_DEBUG", "1"}}});
+  test::run_ranks(2, [](int rank, int) {  // same op, different sizes
+    init_process_group("gloo", {.timeout = 20s});
+    float x[20] = {};
+    expect_error<MismatchError>([&] { get_default_group()->all_reduce(buffer_of(x, rank == 0 ? 10 : 20))->wait(); },
+                                {"rank 0 called all_reduce #0 (float32 x 10, SUM)", "rank 1 called all_reduce #0 (float32 x 20, SUM)"});
+  }, {.env = {{"DDP_DEBUG", "1"}}});
+  test::run_ranks(2, [](int rank, int) {  // same op and size, different types
+    init_process_group("gloo", {.timeout = 20s});
+    double x[4] = {};
+    Buffer b = buffer_of(x, 4);
+    if (rank == 1) b = Buffer{x, 4, DataType::Int64};
+    expect_error<MismatchError>([&] { get_default_group()->all_reduce(b)->wait(); }, {"(float64 x 4, SUM)", "(int64 x 4, SUM)"});
+  }, {.env = {{"DDP_DEBUG", "1"}}});
+}
+
+TEST(Failures, TheStoreHostDyingIsNamedNotAHang) {
+  auto results = test::run_ranks(2, [](int rank, int) {
+    init_process_group("gloo", {.timeout = 20s});
+    auto group = get_default_group();
+    float x = 1;
+    group->all_reduce(buffer_of(&x, 1))->wait();
+    if (rank == 0) ::raise(SIGKILL);
+    const auto start = Clock::now();
+    expect_error<Error>([&] { group->all_reduce(buffer_of(&x, 1))->wait(); }, {"all_reduce #1", "rank 0, or the launcher"});
+    EXPECT_LT(Clock::now() - start, 10s);
+  }, {.expect_success = false});
+  if (test::is_rank_process()) return;
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_EQ(results[0].signal, SIGKILL);
+  EXPECT_TRUE(results[1].ok()) << results[1].output;
+}
+
+}  // namespace
+}  // namespace ddp
