@@ -23,13 +23,14 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run_ranks(command, world, extra_env, timeout):
+def run_ranks_output(command, world, extra_env=None, timeout=1800):
+    """Runs `command` as `world` ranks on this machine; returns rank 0's standard output."""
     port = str(free_port())
     procs = []
     for rank in range(world):
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
                    LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
-                   OMP_NUM_THREADS="1", **extra_env)
+                   OMP_NUM_THREADS="1", **(extra_env or {}))
         procs.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE if rank == 0 else subprocess.DEVNULL,
                                       text=True))
     out, _ = procs[0].communicate(timeout=timeout)
@@ -37,8 +38,12 @@ def run_ranks(command, world, extra_env, timeout):
         p.wait(timeout=timeout)
     if any(p.returncode for p in procs):
         sys.exit("benchmark ranks failed: %s" % " ".join(command))
+    return out
+
+
+def run_ranks(command, world, extra_env, timeout):
     rows = {}
-    for line in out.splitlines():
+    for line in run_ranks_output(command, world, extra_env, timeout).splitlines():
         size, micros = line.split()
         rows[int(size)] = float(micros)
     return rows

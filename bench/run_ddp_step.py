@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""Side-by-side DDP training-step benchmark: ddp (C++) against PyTorch's Python DDP (gloo), for
+an MLP (784-1024-1024-10, 1.86M parameters) and PyTorch's MNIST CNN (1.2M parameters), batch 64
+per rank, one intra-op thread per rank, at several world sizes; plus, at world size 1, each
+framework's step without DDP (DDP's own overhead). Prints markdown tables for docs/BENCHMARKS.md.
+
+    /usr/bin/python3 bench/run_ddp_step.py --build build [--worlds 1 2 4] [--rounds 3]
+
+Each configuration runs `rounds` times, alternating ddp and PyTorch; the table gives the median.
+"""
+import argparse
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run_allreduce import run_ranks_output  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--build", default="build")
+    parser.add_argument("--worlds", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--models", nargs="+", default=["mlp", "cnn"])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=30)
+    args = parser.parse_args()
+    ddp_bin = os.path.join(args.build, "bench", "ddp_step_bench")
+    torch_py = ["/usr/bin/python3", os.path.join(HERE, "torch_ddp_step.py")]
+    for model in args.models:
+        common = ["--model", model, "--steps", str(args.steps)]
+        print("\n### DDP step, %s, batch 64 per rank (median ms)\n" % model)
+        print("| world size | ddp (C++) | PyTorch DDP | ddp / PyTorch |")
+        print("|---|---|---|---|")
+        for world in args.worlds:
+            ours, theirs = [], []
+            for _ in range(args.rounds):
+                ours.append(float(run_ranks_output([ddp_bin] + common, world)))
+                theirs.append(float(run_ranks_output(torch_py + common, world)))
+            a, b = statistics.median(ours), statistics.median(theirs)
+            print("| %d | %.2f | %.2f | %.2f |" % (world, a, b, a / b))
+            sys.stdout.flush()
+        if 1 in args.worlds:
+            print("\n#### Overhead of DDP at world size 1, %s (median ms)\n" % model)
+            print("| framework | without DDP | with DDP | overhead |")
+            print("|---|---|---|---|")
+            for name, cmd in (("ddp (C++)", [ddp_bin] + common), ("PyTorch", torch_py + common)):
+                plain, wrapped = [], []
+                for _ in range(args.rounds):
+                    plain.append(float(run_ranks_output(cmd + ["--no-ddp"], 1)))
+                    wrapped.append(float(run_ranks_output(cmd, 1)))
+                a, b = statistics.median(plain), statistics.median(wrapped)
+                print("| %s | %.2f | %.2f | %+.1f%% |" % (name, a, b, (b / a - 1) * 100))
+                sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
