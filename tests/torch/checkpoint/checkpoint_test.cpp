@@ -1,0 +1,149 @@
+#include "ddp/torch/checkpoint.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "ddp/distributed.h"
+#include "ddp/error.h"
+#include "support/multiprocess.h"
+
+namespace ddp {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TempDir {
+  fs::path path = fs::temp_directory_path() / ("ddp-ckpt-" + std::to_string(::getpid()) + "-" +
+                                                ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  TempDir() { fs::remove_all(path); }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+void save_value(Checkpoints& c, std::int64_t step, double value) {
+  c.save(step, [&](torch::serialize::OutputArchive& a) {
+    a.write("value", torch::full({3}, value));
+    a.write("step", c10::IValue(step));
+  });
+}
+
+double load_value(const Checkpoints& c, std::optional<LoadedCheckpoint>* out = nullptr) {
+  double value = -1;
+  auto loaded = c.load_latest([&](torch::serialize::InputArchive& a) {
+    at::Tensor t;
+    a.read("value", t);
+    value = t[0].item<double>();
+  });
+  if (out) *out = loaded;
+  return loaded ? value : -1;
+}
+
+void corrupt(const std::string& path, bool truncate) {
+  auto size = fs::file_size(path);
+  if (truncate) {
+    fs::resize_file(path, size / 2);
+  } else {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(size - 10));
+    f.put('\x5a');
+  }
+}
+
+TEST(Checkpoints, SaveAndLoadTheNewestKeepingTwo) {
+  TempDir dir;
+  Checkpoints c({.directory = (dir.path / "nested/dir").string(), .keep = 2});
+  EXPECT_EQ(load_value(c), -1);  // nothing yet
+  for (int step = 1; step <= 4; ++step) save_value(c, step * 100, step);
+  auto files = c.list();
+  ASSERT_EQ(files.size(), 2u);
+  EXPECT_NE(files[0].find("checkpoint-000000000400.ckpt"), std::string::npos);
+  EXPECT_NE(files[1].find("checkpoint-000000000300.ckpt"), std::string::npos);
+  std::optional<LoadedCheckpoint> loaded;
+  EXPECT_EQ(load_value(c, &loaded), 4);
+  EXPECT_EQ(loaded->step, 400);
+  EXPECT_TRUE(loaded->skipped.empty());
+}
+
+TEST(Checkpoints, ATruncatedOrDamagedNewestIsNamedAndTheOlderUsed) {
+  for (bool truncate : {true, false}) {
+    TempDir dir;
+    Checkpoints c({.directory = dir.path.string()});
+    save_value(c, 1, 1.0);
+    save_value(c, 2, 2.0);
+    corrupt(c.list().front(), truncate);
+    std::optional<LoadedCheckpoint> loaded;
+    EXPECT_EQ(load_value(c, &loaded), 1.0);
+    ASSERT_EQ(loaded->skipped.size(), 1u);
+    EXPECT_NE(loaded->skipped[0].find("checkpoint-000000000002.ckpt"), std::string::npos) << loaded->skipped[0];
+    EXPECT_NE(loaded->skipped[0].find(truncate ? "truncated" : "damaged"), std::string::npos) << loaded->skipped[0];
+  }
+}
+
+TEST(Checkpoints, NoUsableCheckpointIsAnErrorNamingEveryFile) {
+  TempDir dir;
+  Checkpoints c({.directory = dir.path.string()});
+  save_value(c, 1, 1.0);
+  save_value(c, 2, 2.0);
+  for (const auto& f : c.list()) corrupt(f, true);
+  std::ofstream(dir.path / "checkpoint-000000000003.ckpt") << "not a checkpoint at all, longer than a header";
+  try {
+    load_value(c);
+    FAIL() << "no error";
+  } catch (const IOError& e) {
+    std::string message = e.what();
+    EXPECT_NE(message.find("000000000003.ckpt: not a ddp checkpoint"), std::string::npos) << message;
+    EXPECT_NE(message.find("000000000002.ckpt: truncated"), std::string::npos) << message;
+    EXPECT_NE(message.find("000000000001.ckpt: truncated"), std::string::npos) << message;
+  }
+}
+
+TEST(Checkpoints, AWriterKilledMidSaveLeavesThePreviousIntact) {
+  TempDir dir;
+  Checkpoints c({.directory = dir.path.string()});
+  save_value(c, 1, 1.0);
+  // What a killed writer leaves: a temporary file, never renamed.
+  std::ofstream(dir.path / "checkpoint-000000000002.ckpt.tmp.12345") << "half a checkpoint";
+  EXPECT_EQ(load_value(c), 1.0);
+  save_value(c, 3, 3.0);  // the next save cleans it up
+  EXPECT_FALSE(fs::exists(dir.path / "checkpoint-000000000002.ckpt.tmp.12345"));
+}
+
+TEST(Checkpoints, UnwritableDirectoryAndBadOptionsAreClearErrors) {
+  TempDir dir;
+  fs::create_directories(dir.path);
+  std::ofstream(dir.path / "a-file") << "x";
+  Checkpoints c({.directory = (dir.path / "a-file" / "sub").string()});
+  try {
+    save_value(c, 1, 1.0);
+    FAIL() << "no error";
+  } catch (const IOError& e) {
+    EXPECT_NE(std::string(e.what()).find("a-file"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(Checkpoints({.directory = ""}), InvalidArgument);
+  EXPECT_THROW(Checkpoints({.directory = "x", .keep = 0}), InvalidArgument);
+  EXPECT_THROW(save_value(*std::make_unique<Checkpoints>(CheckpointOptions{.directory = dir.path.string()}), -1, 0),
+               InvalidArgument);
+}
+
+TEST(Checkpoints, RankZeroWritesAndEveryoneReadsAfterTheBarrier) {
+  const std::string dir = (fs::temp_directory_path() / ("ddp-ckpt-mp-" + std::to_string(::getpid()))).string();
+  test::run_ranks(3, [&](int rank, int) {
+    init_process_group("gloo", {.timeout = std::chrono::seconds(30)});
+    Checkpoints c({.directory = std::getenv("CKPT_DIR")});
+    for (int step = 1; step <= 3; ++step) {
+      c.save(step, [&](torch::serialize::OutputArchive& a) {
+        EXPECT_EQ(rank, 0) << "only rank 0 serializes";
+        a.write("value", torch::full({1}, static_cast<double>(step)));
+      });
+      EXPECT_EQ(load_value(c), step) << "rank " << rank << " read a stale checkpoint after save()";
+    }
+    destroy_process_group();
+  }, {.env = {{"CKPT_DIR", dir}}});
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace ddp
