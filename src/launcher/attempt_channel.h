@@ -1,0 +1,105 @@
+// How the nodes' ddprun agents run one attempt in step, through the job's store:
+//   - a start barrier (no node starts its workers before every node has stopped the last
+//     attempt's; the coordinator then clears the store's lost-rank records of that attempt),
+//   - the attempt's end record: the first node to report a failure (or the last node to report
+//     success) writes it, and every node acts on that one record,
+//   - leaving, so that the node hosting the store goes last.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "attempt_end.h"
+#include "net/socket.h"
+#include "rendezvous.h"
+
+namespace ddp {
+class Store;
+}
+
+namespace ddp::launcher {
+
+// The attempt ended (as its record says) before this node could start it.
+struct AttemptEndedEarly {
+  AttemptEnd end;
+};
+
+class AttemptChannel {
+ public:
+  // `reporter`: this node's node_rank, host and agent_pid, for the records it writes.
+  AttemptChannel(Store& store, const Membership& membership, bool coordinator, int attempt, AttemptEnd reporter);
+
+  // Returns once every node reached this attempt. Throws AttemptEndedEarly when the attempt's end
+  // was written meanwhile (a node was interrupted, or vanished: the coordinator checks), TimeoutError naming the missing
+  // nodes after `timeout`, or what check_interrupt throws.
+  void start_barrier(std::chrono::milliseconds timeout, const std::function<void()>& check_interrupt);
+
+  // Writes `end` as the attempt's end unless one is written already; returns the one that stands.
+  AttemptEnd publish_end(const AttemptEnd& end);
+
+  // This node's workers all exited 0; the last node to say so ends the attempt as a success.
+  void report_success(const AttemptEnd& success);
+
+  const std::string& end_key() const { return end_key_; }
+
+ private:
+  Store& store_;
+  Membership membership_;
+  bool coordinator_;
+  int attempt_;
+  AttemptEnd reporter_;
+  std::string end_key_;
+};
+
+// When the agent of one of `nodes` vanished from the store (its lost-rank record exists), the
+// AgentLost record that says so.
+std::optional<AttemptEnd> find_lost_agent(Store& store, const std::vector<int>& nodes, const AttemptEnd& reporter);
+
+// Watches the attempt's end record on a connection of its own, on a background thread; fd()
+// becomes readable when the end is known. The coordinator's watcher also ends the attempt
+// (AgentLost) when another node's ddprun vanishes from the store. A broken connection to the
+// store ends it too (StoreLost: the node hosting the store is gone).
+class EndWatcher {
+ public:
+  struct Settings {
+    std::string end_key;
+    std::vector<int> watched_nodes;  // nodes whose agent's disappearance ends the attempt
+    std::chrono::milliseconds interval{100};
+    std::string store_address;  // for messages
+    AttemptEnd reporter;        // node_rank, host and agent_pid of this node, for records it writes
+  };
+  EndWatcher(std::shared_ptr<Store> store, Settings settings);
+  ~EndWatcher();
+  EndWatcher(const EndWatcher&) = delete;
+  EndWatcher& operator=(const EndWatcher&) = delete;
+
+  int fd() const { return event_.get(); }
+  std::optional<AttemptEnd> end() const;
+
+ private:
+  void run();
+  void finish(AttemptEnd end);
+
+  std::shared_ptr<Store> store_;
+  Settings settings_;
+  detail::Fd event_;
+  mutable std::mutex mutex_;
+  std::optional<AttemptEnd> end_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// After the job's last attempt: a node that does not host the store says it is leaving; the
+// coordinator (which hosts it) waits up to `timeout` for the others to leave or vanish, so that
+// the store outlives everyone who needs it. Never throws.
+void leave_job(Store& store, const Membership& membership, bool coordinator, std::chrono::milliseconds timeout);
+
+}  // namespace ddp::launcher

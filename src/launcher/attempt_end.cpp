@@ -1,0 +1,147 @@
+#include "attempt_end.h"
+
+#include <map>
+
+#include "ddp/error.h"
+#include "util/strings.h"
+
+namespace ddp::launcher {
+
+using detail::cat;
+
+namespace {
+
+// One field per line, "key=value", with '\\' and '\n' escaped in the value.
+std::string escape(const std::string& value) {
+  std::string out;
+  for (char c : value) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::string unescape(std::string_view value) {
+  std::string out;
+  for (std::size_t i = 0; i < value.size(); ++i) {
+    if (value[i] == '\\' && i + 1 < value.size()) {
+      out += value[i + 1] == 'n' ? '\n' : value[i + 1];
+      ++i;
+    } else {
+      out += value[i];
+    }
+  }
+  return out;
+}
+
+const char* kind_name(AttemptEnd::Kind kind) {
+  switch (kind) {
+    case AttemptEnd::Kind::Succeeded: return "succeeded";
+    case AttemptEnd::Kind::WorkerFailed: return "worker_failed";
+    case AttemptEnd::Kind::Interrupted: return "interrupted";
+    case AttemptEnd::Kind::AgentLost: return "agent_lost";
+    case AttemptEnd::Kind::AgentFailed: return "agent_failed";
+    case AttemptEnd::Kind::StoreLost: return "store_lost";
+  }
+  return "?";
+}
+
+}  // namespace
+
+std::string encode(const AttemptEnd& end) {
+  std::string out = "ddprun-attempt-end 1\n";
+  auto field = [&](const char* key, const auto& value) { out += cat(key, "=", value, "\n"); };
+  field("kind", kind_name(end.kind));
+  field("signal", end.signal);
+  field("node_rank", end.node_rank);
+  field("host", escape(end.host));
+  field("agent_pid", end.agent_pid);
+  field("what", escape(end.what));
+  if (end.kind == AttemptEnd::Kind::WorkerFailed) {
+    const WorkerExit& w = end.worker;
+    field("w.rank", w.rank);
+    field("w.local_rank", w.local_rank);
+    field("w.node_rank", w.node_rank);
+    field("w.host", escape(w.host));
+    field("w.pid", w.pid);
+    field("w.exit_code", w.exit_code);
+    field("w.signal", w.signal);
+    field("w.stopped", w.stopped ? 1 : 0);
+    field("w.time_ms",
+          std::chrono::duration_cast<std::chrono::milliseconds>(w.time.time_since_epoch()).count());
+    field("w.log_file", escape(w.log_file));
+    for (const auto& line : w.last_lines) field("w.line", escape(line));
+  }
+  return out;
+}
+
+AttemptEnd decode_attempt_end(const std::string& text) {
+  auto bad = [&](const std::string& why) -> Error {
+    return Error(cat("unreadable attempt record in the job's store (", why, "): ", detail::quote(text, 120),
+                     ". Are two different ddprun versions in one job?"));
+  };
+  const std::string header = "ddprun-attempt-end 1\n";
+  if (text.compare(0, header.size(), header) != 0) throw bad("no header");
+  std::map<std::string, std::string> fields;
+  AttemptEnd end;
+  std::size_t pos = header.size();
+  while (pos < text.size()) {
+    std::size_t eol = text.find('\n', pos);
+    if (eol == std::string::npos) eol = text.size();
+    const std::string_view line(text.data() + pos, eol - pos);
+    const auto eq = line.find('=');
+    if (eq == std::string_view::npos) throw bad("a line without '='");
+    const std::string key(line.substr(0, eq));
+    std::string value = unescape(line.substr(eq + 1));
+    if (key == "w.line") {
+      end.worker.last_lines.push_back(std::move(value));
+    } else {
+      fields[key] = std::move(value);
+    }
+    pos = eol + 1;
+  }
+  auto number = [&](const char* key, std::int64_t fallback) -> std::int64_t {
+    auto it = fields.find(key);
+    if (it == fields.end()) return fallback;
+    auto value = detail::parse_int(it->second);
+    if (!value) throw bad(cat(key, " is not a number"));
+    return *value;
+  };
+  auto string = [&](const char* key) { return fields.count(key) ? fields[key] : std::string(); };
+  const std::string kind = string("kind");
+  bool known = false;
+  for (auto k : {AttemptEnd::Kind::Succeeded, AttemptEnd::Kind::WorkerFailed, AttemptEnd::Kind::Interrupted,
+                 AttemptEnd::Kind::AgentLost, AttemptEnd::Kind::AgentFailed, AttemptEnd::Kind::StoreLost}) {
+    if (kind == kind_name(k)) {
+      end.kind = k;
+      known = true;
+    }
+  }
+  if (!known) throw bad(cat("unknown kind ", detail::quote(kind)));
+  end.signal = static_cast<int>(number("signal", 0));
+  end.node_rank = static_cast<int>(number("node_rank", 0));
+  end.host = string("host");
+  end.agent_pid = number("agent_pid", 0);
+  end.what = string("what");
+  if (end.kind == AttemptEnd::Kind::WorkerFailed) {
+    WorkerExit& w = end.worker;
+    w.rank = static_cast<int>(number("w.rank", -1));
+    w.local_rank = static_cast<int>(number("w.local_rank", -1));
+    w.node_rank = static_cast<int>(number("w.node_rank", 0));
+    w.host = string("w.host");
+    w.pid = number("w.pid", 0);
+    w.exit_code = static_cast<int>(number("w.exit_code", -1));
+    w.signal = static_cast<int>(number("w.signal", 0));
+    w.stopped = number("w.stopped", 0) != 0;
+    w.time = std::chrono::system_clock::time_point(std::chrono::milliseconds(number("w.time_ms", 0)));
+    w.log_file = string("w.log_file");
+  }
+  return end;
+}
+
+}  // namespace ddp::launcher

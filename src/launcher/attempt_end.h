@@ -1,0 +1,36 @@
+// How an attempt of the job ended, as every node's ddprun learns it: the first report wins (it
+// is the root cause), and travels through the job's store as text.
+#pragma once
+
+#include <string>
+
+#include "worker_exit.h"
+
+namespace ddp::launcher {
+
+struct AttemptEnd {
+  enum class Kind {
+    Succeeded,     // every worker on every node exited 0
+    WorkerFailed,  // `worker` exited non-zero or died from a signal
+    Interrupted,   // a ddprun received SIGINT/SIGTERM/SIGHUP (`signal`)
+    AgentLost,     // a node's ddprun vanished (its connection to the store closed)
+    AgentFailed,   // a node's ddprun stopped with an error (it could not join, start its workers, ...)
+    StoreLost,     // this node lost the job's store (node 0's ddprun is gone)
+  };
+  Kind kind = Kind::Succeeded;
+  WorkerExit worker;  // WorkerFailed
+  int signal = 0;     // Interrupted
+  int node_rank = 0;  // the node that reported it
+  std::string host;
+  long agent_pid = 0;
+  std::string what;  // a sentence for the other kinds, e.g. "ddprun on node 1 (host h, pid 7) received SIGINT"
+
+  // A worker failure may be retried with --max_restarts; the others end the job.
+  bool restartable() const { return kind == Kind::WorkerFailed; }
+};
+
+// Text for the store, and back. decode throws ddp::Error on text that encode did not write.
+std::string encode(const AttemptEnd& end);
+AttemptEnd decode_attempt_end(const std::string& text);
+
+}  // namespace ddp::launcher

@@ -1,0 +1,57 @@
+// The worker environment, variable by variable, against what torchrun sets.
+#include <gtest/gtest.h>
+
+#include "worker_env.h"
+
+namespace ddp::launcher {
+namespace {
+
+TEST(WorkerEnv, TorchrunsVariables) {
+  WorkerPlace place{.rank = 5, .local_rank = 1, .world_size = 8, .local_world_size = 4, .node_rank = 1, .nnodes = 2,
+                    .restart_count = 2};
+  JobEnv job{.master_addr = "10.0.0.1", .master_port = 29500, .run_id = "job7", .role = "default", .max_restarts = 3};
+  const auto env = worker_environment(place, job, map_env({}));
+  const std::map<std::string, std::string> expected = {
+      {"RANK", "5"},
+      {"LOCAL_RANK", "1"},
+      {"WORLD_SIZE", "8"},
+      {"LOCAL_WORLD_SIZE", "4"},
+      {"GROUP_RANK", "1"},
+      {"GROUP_WORLD_SIZE", "2"},
+      {"ROLE_RANK", "5"},
+      {"ROLE_WORLD_SIZE", "8"},
+      {"ROLE_NAME", "default"},
+      {"MASTER_ADDR", "10.0.0.1"},
+      {"MASTER_PORT", "29500"},
+      {"TORCHELASTIC_RESTART_COUNT", "2"},
+      {"TORCHELASTIC_MAX_RESTARTS", "3"},
+      {"TORCHELASTIC_RUN_ID", "job7"},
+      {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+      {"DDP_STORE_PROTOCOL", "ddp"},
+      {"NCCL_ASYNC_ERROR_HANDLING", "1"},
+      {"OMP_NUM_THREADS", "1"},
+  };
+  EXPECT_EQ(env, expected);
+}
+
+TEST(WorkerEnv, OmpNumThreadsOnlyWhenUnsetAndSeveralWorkers) {
+  WorkerPlace one{.local_world_size = 1};
+  WorkerPlace two{.local_world_size = 2};
+  EXPECT_FALSE(worker_environment(one, {}, map_env({})).count("OMP_NUM_THREADS"));
+  EXPECT_EQ(worker_environment(two, {}, map_env({})).at("OMP_NUM_THREADS"), "1");
+  EXPECT_FALSE(worker_environment(two, {}, map_env({{"OMP_NUM_THREADS", "8"}})).count("OMP_NUM_THREADS"));
+  EXPECT_TRUE(needs_omp_default(map_env({}), 2));
+  EXPECT_FALSE(needs_omp_default(map_env({{"OMP_NUM_THREADS", "4"}}), 2));
+  EXPECT_FALSE(needs_omp_default(map_env({}), 1));
+}
+
+TEST(WorkerEnv, KeepsTheUsersNcclSettingAndAddsTheErrorFile) {
+  JobEnv job;
+  job.error_file = "/logs/rank_0.error.json";
+  const auto env = worker_environment({}, job, map_env({{"NCCL_ASYNC_ERROR_HANDLING", "0"}}));
+  EXPECT_FALSE(env.count("NCCL_ASYNC_ERROR_HANDLING"));  // inherited as the user set it
+  EXPECT_EQ(env.at("TORCHELASTIC_ERROR_FILE"), "/logs/rank_0.error.json");
+}
+
+}  // namespace
+}  // namespace ddp::launcher
