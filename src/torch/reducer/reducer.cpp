@@ -78,6 +78,7 @@ class DDPCore::Impl {
 
   void pre_forward() {
     forward_start_ = Clock::now();
+    refresh_hooks();
     if (options_.broadcast_buffers && !no_sync_ && world_ > 1 && !buffers_.empty()) {
       broadcast_coalesced(*group_, buffers_, 0);
     }
@@ -224,8 +225,17 @@ class DDPCore::Impl {
   }
 
   void install_hooks() {
+    accumulators_.resize(params_.size());
+    refresh_hooks();
+  }
+
+  // Hooks each parameter's gradient accumulator. Run before every forward too: replacing a
+  // parameter's data (Module::load, set_) can give it a new accumulator, which would otherwise
+  // accumulate without telling us, and the ranks' gradients would silently stop being averaged.
+  void refresh_hooks() {
     for (std::size_t i = 0; i < params_.size(); ++i) {
       auto accumulator = torch::autograd::impl::grad_accumulator(params_[i]);
+      if (accumulator == accumulators_[i]) continue;
       std::weak_ptr<std::atomic<Impl*>> self = self_;
       accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
           [self, i](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
@@ -234,7 +244,7 @@ class DDPCore::Impl {
             }
             return outputs;
           }));
-      accumulators_.push_back(std::move(accumulator));  // the parameter holds it only weakly
+      accumulators_[i] = std::move(accumulator);  // the parameter holds it only weakly
     }
   }
 

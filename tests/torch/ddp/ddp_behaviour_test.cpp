@@ -200,6 +200,27 @@ TEST(Ddp, WrapsModuleHoldersAndSavesTheModuleWithoutPrefix) {
   destroy_process_group();
 }
 
+TEST(Ddp, LoadingStateIntoTheWrappedModuleKeepsGradientsSynchronized) {
+  const std::string path = "/tmp/ddp-reload-" + std::to_string(::getpid()) + ".pt";
+  run_ranks(2, [&](int rank, int) {
+    init_process_group("gloo", {.timeout = 30s});
+    torch::manual_seed(0);
+    auto model = std::make_shared<Mlp>();
+    if (rank == 0) torch::save(model, std::getenv("MODEL_PATH"));
+    barrier();
+    DistributedDataParallel ddp_model(model);
+    torch::load(model, std::getenv("MODEL_PATH"));  // replaces the parameters' data after wrapping
+    torch::manual_seed(rank);
+    ddp_model->forward(torch::randn({4, 20})).sum().backward();
+    auto grad = model->c->weight.grad().clone();
+    auto other = grad.clone();
+    all_reduce(other, ReduceOp::MAX);
+    EXPECT_TRUE(at::equal(grad, other)) << "the ranks' gradients were not averaged after Module::load";
+    destroy_process_group();
+  }, {.env = {{"MODEL_PATH", path}}});
+  ::unlink(path.c_str());
+}
+
 TEST(Ddp, ALostRankDuringBackwardIsAnErrorFromBackward) {
   auto results = run_ranks(2, [](int rank, int) {
     init_process_group("gloo", {.timeout = 30s});
