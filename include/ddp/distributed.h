@@ -38,11 +38,14 @@ struct InitOptions {
 // Where rank and world size come from, first found wins: `options`; RANK and WORLD_SIZE (ddprun,
 // torchrun); OMPI_COMM_WORLD_RANK/_SIZE (Open MPI); SLURM_PROCID/SLURM_NTASKS (Slurm). With none
 // of them the process is a group of one (rank 0 of 1), which needs no store.
-// With TORCHELASTIC_USE_AGENT_STORE=True every rank is a client of the launcher's store;
-// otherwise rank 0 hosts it at MASTER_ADDR:MASTER_PORT.
+// With TORCHELASTIC_USE_AGENT_STORE=True every rank is a client of the launcher's store at
+// MASTER_ADDR:MASTER_PORT, in the launcher's protocol: ddp's when DDP_STORE_PROTOCOL=ddp (ddprun
+// exports it), PyTorch's TCPStore protocol when the variable is unset (torchrun hosts a PyTorch
+// 1.13 TCPStore); see ddp::agent_store_protocol. Otherwise rank 0 hosts a ddp store there.
 //
-// Throws InvalidArgument (a missing or non-numeric variable, RANK >= WORLD_SIZE, a bad URL),
-// Error (called twice), IOError (the master port is in use), TimeoutError (the master is
+// Throws InvalidArgument (a missing or non-numeric variable, RANK >= WORLD_SIZE, a bad URL, a
+// DDP_STORE_PROTOCOL other than ddp or torch), Error (called twice), IOError (the master port is
+// in use, the launcher's store does not speak the protocol chosen), TimeoutError (the master is
 // unreachable, or ranks never arrived), MismatchError (two processes claim one rank, ranks
 // disagree on the world size, the store belongs to another job).
 void init_process_group(const std::string& backend = "", InitOptions options = {});

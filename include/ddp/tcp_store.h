@@ -6,13 +6,24 @@
 // Liveness: a client tells the server its rank; when a rank's connection closes without a
 // goodbye (the process died), the server records it under "__ddp/lost/<rank>" so that any
 // survivor can say which rank was lost.
+//
+// PyTorch interoperability, both ways:
+//  - TCPStoreServer also serves torch.distributed.TCPStore clients (PyTorch 1.13's protocol and
+//    its successors', up to the VALIDATE-first protocol of PyTorch 2.x) on the same
+//    port and key space, told apart from ddp clients by their first bytes. They carry no job id and no rank: they are
+//    accepted whatever the server's job id, and are never recorded as lost.
+//  - A TCPStore with protocol StoreProtocol::Torch is a client of a PyTorch 1.13 TCPStore server
+//    (the one torchrun's agent hosts). Like PyTorch's client it puts "/" before every key, so it
+//    sees the keys a Python torch.distributed.TCPStore client sees.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "ddp/store.h"
 
@@ -24,6 +35,24 @@ inline constexpr std::size_t kMaxStoreValueBytes = std::size_t{64} << 20;
 inline constexpr std::size_t kMaxStoreKeyBytes = std::size_t{64} << 10;
 
 class TCPStoreServer;
+namespace detail {
+class StoreConnection;  // one connection in one protocol (src/core/store/tcp_store.cpp)
+}
+
+// The protocol a TCPStore client speaks to its server.
+enum class StoreProtocol {
+  // ddp's own, to a ddp TCPStoreServer: job ids, lost-rank records, timeouts kept by the server.
+  Ddp,
+  // PyTorch 1.13's TCPStore protocol, to a torch.distributed.TCPStore server (or a ddp server,
+  // which speaks both). It has no job id (options.job_id is ignored), no rank (options.rank is
+  // ignored: a rank that dies is not recorded as lost) and no error replies: the server closes
+  // the connection on a bad request. A get or wait that times out reconnects, because the server
+  // cannot be told to stop waiting. Servers that expect PyTorch 2.x's VALIDATE handshake are
+  // not supported: they close the connection, and the constructor throws IOError saying so.
+  Torch,
+};
+
+std::string_view to_string(StoreProtocol protocol);
 
 struct TCPStoreOptions {
   std::string host = "127.0.0.1";  // where clients connect (the server listens on every address)
@@ -32,13 +61,27 @@ struct TCPStoreOptions {
   std::chrono::milliseconds timeout = Store::kDefaultTimeout;  // connect and blocking calls
   std::string job_id;  // empty: $DDP_JOB_ID, else $TORCHELASTIC_RUN_ID, else none (accept any)
   int rank = -1;       // this client's rank, for lost-rank records; -1: not a rank (a launcher)
+  StoreProtocol protocol = StoreProtocol::Ddp;  // what this client speaks (the server speaks both)
+  // Which init_process_group of the job this store serves (0: any). A client that reaches a server
+  // of an earlier generation (one still shutting down after destroy_process_group) waits for its
+  // successor instead of joining a store about to vanish. ddp's protocol only.
+  std::uint64_t generation = 0;
 };
+
+// The protocol of a launcher's store (the store every rank joins as a client when
+// TORCHELASTIC_USE_AGENT_STORE=True), from the value of $DDP_STORE_PROTOCOL:
+//   "ddp"          -> Ddp    (ddprun hosts a ddp TCPStoreServer and exports DDP_STORE_PROTOCOL=ddp)
+//   unset or empty -> Torch  (torchrun, which sets no such variable, hosts a PyTorch TCPStore)
+//   "torch"        -> Torch
+// Throws InvalidArgument naming the variable and the accepted values for anything else.
+StoreProtocol agent_store_protocol(const std::optional<std::string>& ddp_store_protocol);
 
 class TCPStore : public Store {
  public:
   // Starts the server when options.is_server, then connects, retrying with backoff until the
   // timeout. Throws IOError when the port is in use, TimeoutError naming host:port and what to
-  // check when no server answers in time, MismatchError when the server belongs to another job.
+  // check when no server answers in time, MismatchError when the server belongs to another job
+  // (Ddp protocol), IOError when the server does not answer in PyTorch 1.13's protocol (Torch).
   explicit TCPStore(TCPStoreOptions options);
   // Says goodbye to the server (a clean exit is not a lost rank) and stops an owned server.
   ~TCPStore() override;
@@ -60,15 +103,15 @@ class TCPStore : public Store {
   const std::string& host() const { return options_.host; }
   std::uint16_t port() const { return options_.port; }
   const std::string& job_id() const { return options_.job_id; }
+  StoreProtocol protocol() const { return options_.protocol; }
 
  private:
-  class Connection;
   TCPStore(TCPStoreOptions options, std::shared_ptr<TCPStoreServer> server);
 
   TCPStoreOptions options_;
   std::shared_ptr<TCPStoreServer> server_;  // set when this process hosts the server
   std::mutex mutex_;                        // one request at a time on the connection
-  std::unique_ptr<Connection> connection_;
+  std::unique_ptr<detail::StoreConnection> connection_;
 };
 
 // The server alone (what the launcher runs). Serves until destroyed.
@@ -76,7 +119,7 @@ class TCPStoreServer {
  public:
   // Listens on every address at `port` (0: a free one). Throws IOError naming the port when it
   // is in use. `job_id` empty: accept clients of any job.
-  TCPStoreServer(std::uint16_t port, std::string job_id);
+  TCPStoreServer(std::uint16_t port, std::string job_id, std::uint64_t generation = 0);
   ~TCPStoreServer();
   TCPStoreServer(const TCPStoreServer&) = delete;
   TCPStoreServer& operator=(const TCPStoreServer&) = delete;

@@ -118,8 +118,9 @@ TEST(MultiNode, SigintOnOneNodeStopsEveryNode) {
   const int port = free_port();
   Launch node0(ddprun_worker(static_node(0, port, {"--max_restarts=2"}), {"--then", "sleep"}));
   Launch node1(ddprun_worker(static_node(1, port, {"--max_restarts=2"}), {"--then", "sleep"}));
-  ASSERT_TRUE(node0.wait_for("[1]:rank 1 sleeping")) << node0.all();
-  ASSERT_TRUE(node1.wait_for("[2]:rank 2 sleeping")) << node1.all();
+  // Every worker must be in its sleep (its handlers installed) before the signal.
+  for (const char* line : {"[0]:rank 0 sleeping", "[1]:rank 1 sleeping"}) ASSERT_TRUE(node0.wait_for(line)) << node0.all();
+  for (const char* line : {"[2]:rank 2 sleeping", "[3]:rank 3 sleeping"}) ASSERT_TRUE(node1.wait_for(line)) << node1.all();
   node1.signal(SIGINT);
   ASSERT_TRUE(Launch::wait_all({&node0, &node1}, 30s));
   EXPECT_EQ(node1.exit_code(), 128 + SIGINT) << node1.all();

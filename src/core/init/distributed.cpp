@@ -48,7 +48,7 @@ std::shared_ptr<ProcessGroup> require(const std::shared_ptr<ProcessGroup>& group
 }
 
 std::shared_ptr<Store> make_store(const detail::InitMethod& method, const detail::LaunchEnv& env, int rank,
-                                  std::chrono::milliseconds timeout, std::string& master_addr) {
+                                  std::chrono::milliseconds timeout, int generation, std::string& master_addr) {
   if (method.kind == detail::InitMethod::Kind::File) {
     auto store = std::make_shared<FileStore>(method.path);
     store->set_timeout(timeout);
@@ -74,7 +74,15 @@ std::shared_ptr<Store> make_store(const detail::InitMethod& method, const detail
     options.host = env.master_addr;
     options.port = *env.master_port;
   }
-  options.is_server = rank == 0 && !(method.kind == detail::InitMethod::Kind::Env && env.use_agent_store);
+  // Under a launcher that hosts the store (TORCHELASTIC_USE_AGENT_STORE=True) every rank is a
+  // client, and speaks the launcher's protocol: ddprun exports DDP_STORE_PROTOCOL=ddp, torchrun
+  // sets nothing and hosts a PyTorch TCPStore. Otherwise rank 0 hosts a ddp store.
+  const bool launcher_store = method.kind == detail::InitMethod::Kind::Env && env.use_agent_store;
+  options.is_server = rank == 0 && !launcher_store;
+  if (launcher_store) options.protocol = agent_store_protocol(detail::process_env()("DDP_STORE_PROTOCOL"));
+  // Rank 0's store lives as long as this init: a rank that re-initializes quickly must not join
+  // the previous store while rank 0 is still tearing it down.
+  if (!launcher_store) options.generation = static_cast<std::uint64_t>(generation) + 1;
   master_addr = options.host;
   return std::make_shared<TCPStore>(options);
 }
@@ -116,7 +124,7 @@ void init_process_group(const std::string& backend_name, InitOptions options) {
 
     std::shared_ptr<Store> store = options.store;
     std::string master_addr = env.master_addr;
-    if (!store && world_size > 1) store = make_store(method, env, rank, options.timeout, master_addr);
+    if (!store && world_size > 1) store = make_store(method, env, rank, options.timeout, w.generation, master_addr);
     if (store) {
       // Keys of an earlier attempt (a restart) or an earlier init in this process stay apart.
       store = std::make_shared<PrefixStore>(cat("ddp/", env.restart_count, "/", w.generation), store);

@@ -29,12 +29,13 @@ inline constexpr std::string_view kKeyPrefix = "/";
 
 // Which numbering of queries a connection uses.
 enum class Dialect : std::uint8_t {
-  // PyTorch 1.13 (and the releases around it): SET=0, COMPARE_SET=1, GET=2, ADD=3, CHECK=4,
-  // WAIT=5, GETNUMKEYS=6, WATCH_KEY=7, DELETE_KEY=8; no handshake.
+  // PyTorch 1.13: SET=0, COMPARE_SET=1, GET=2, ADD=3, CHECK=4, WAIT=5, GETNUMKEYS=6,
+  // WATCH_KEY=7, DELETE_KEY=8; no handshake. The releases between 1.13 and the VALIDATE
+  // handshake appended APPEND=9, MULTI_GET=10, MULTI_SET=11, CANCEL_WAIT=12, also served.
   V1_13,
-  // PyTorch 2.x up to 2.8: the first query is VALIDATE (0) with kValidationMagic, then SET=1,
-  // COMPARE_SET=2, GET=3, ADD=4, CHECK=5, WAIT=6, GETNUMKEYS=7, DELETE_KEY=8, APPEND=9,
-  // MULTI_GET=10, MULTI_SET=11, CANCEL_WAIT=12, PING=13; no WATCH_KEY.
+  // PyTorch 2.x with the handshake: the first query is VALIDATE (0) with kValidationMagic,
+  // then SET=1, COMPARE_SET=2, GET=3, ADD=4, CHECK=5, WAIT=6, GETNUMKEYS=7, DELETE_KEY=8,
+  // APPEND=9, MULTI_GET=10, MULTI_SET=11, CANCEL_WAIT=12, PING=13; no WATCH_KEY.
   Validated,
 };
 
@@ -42,7 +43,7 @@ enum class Dialect : std::uint8_t {
 enum class Opening {
   NeedMore,        // too few bytes to tell
   Ddp,             // ddp's preamble, wire::kPreamble
-  Torch,           // a PyTorch 1.13 query
+  Torch,           // a PyTorch 1.13 query (V1_13)
   TorchValidated,  // a PyTorch 2.x VALIDATE with the magic number
   Unknown,         // neither: an HTTP probe, a port scanner, a newer PyTorch, ...
 };
@@ -59,10 +60,10 @@ enum class Query : std::uint8_t {
   WatchKey,    // key (1.13 only)           -> uint8 CallbackRegistered, then events
   DeleteKey,   // key                       -> int64 (0 or 1)
   Validate,    // nonce (the magic; 2.x)    -> (no reply)
-  Append,      // key, value (2.x)          -> (no reply)
-  MultiGet,    // keys (2.x)                -> one bytes per key (each must exist)
-  MultiSet,    // keys, values (2.x)        -> (no reply)
-  CancelWait,  // (2.x)                     -> uint8 WaitCanceled
+  Append,      // key, value (after 1.13)   -> (no reply)
+  MultiGet,    // keys (after 1.13)         -> one bytes per key (each must exist)
+  MultiSet,    // keys, values (after 1.13) -> (no reply)
+  CancelWait,  // (after 1.13)              -> uint8 WaitCanceled
   Ping,        // nonce (2.x)               -> uint32 (the nonce)
 };
 

@@ -132,6 +132,7 @@ std::string encode(const Request& q) {
     case Op::Hello:
       w.u16(q.version);
       w.bytes(q.job_id);
+      w.i64(static_cast<std::int64_t>(q.generation));
       w.i64(q.number);
       w.i64(q.pid);
       w.bytes(q.host);
@@ -180,6 +181,7 @@ std::string encode(const Response& s) {
     case Status::Value:
     case Status::Error:
     case Status::Refused:
+    case Status::Later:
       w.bytes(s.value);
       break;
     case Status::Number:
@@ -204,6 +206,7 @@ Parse parse(std::string_view bytes, Request& q, std::size_t& consumed, std::stri
     case Op::Hello:
       q.version = r.u16();
       q.job_id = r.bytes(kMaxStoreKeyBytes, "job id");
+      q.generation = static_cast<std::uint64_t>(r.i64());
       q.number = r.i64();
       q.pid = r.i64();
       q.host = r.bytes(kMaxStoreKeyBytes, "host name");
@@ -259,6 +262,7 @@ Parse parse(std::string_view bytes, Response& s, std::size_t& consumed, std::str
     case Status::Value:
     case Status::Error:
     case Status::Refused:
+    case Status::Later:
       s.value = r.bytes(kMaxStoreValueBytes, "value");
       break;
     case Status::Number:

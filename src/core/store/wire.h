@@ -17,7 +17,7 @@ inline constexpr std::uint16_t kVersion = 1;
 inline constexpr std::size_t kMaxFrameBytes = (std::size_t{64} << 20) + (std::size_t{128} << 10);
 
 enum class Op : std::uint8_t {
-  Hello = 1,       // version, job_id, rank, pid, host
+  Hello = 1,       // version, job_id, generation, rank, pid, host
   Set = 2,         // key, value
   Get = 3,         // key, timeout_ms: waits for the key
   Add = 4,         // key, number
@@ -37,6 +37,7 @@ enum class Status : std::uint8_t {
   Timeout = 3,  // keys (those still missing)
   Error = 4,    // value (a message)
   Refused = 5,  // value (the server's job id)
+  Later = 6,    // value (the server's generation): this server belongs to an earlier init; retry
 };
 
 struct Request {
@@ -49,6 +50,7 @@ struct Request {
   // Hello only.
   std::uint16_t version = kVersion;
   std::string job_id;
+  std::uint64_t generation = 0;  // which init_process_group of the job (0: any)
   std::int64_t pid = 0;
   std::string host;
 };

@@ -245,6 +245,36 @@ TEST(TCPStore, RejectsValuesOverTheLimitOnTheClient) {
   EXPECT_EQ(store.get("mb"), largest);
 }
 
+TEST(TCPStore, AClientOfTheNextInitWaitsForTheNewServer) {
+  auto old_server = std::make_unique<TCPStoreServer>(0, "job", 1);
+  const auto port = old_server->port();
+  TCPStore(client_of(*old_server, "job")).set("from", "generation 1");
+  std::unique_ptr<TCPStoreServer> new_server;
+  std::thread successor([&] {
+    std::this_thread::sleep_for(300ms);
+    old_server.reset();
+    new_server = std::make_unique<TCPStoreServer>(port, "job", 2);
+  });
+  TCPStoreOptions options = client_of(*old_server, "job");
+  options.generation = 2;
+  TCPStore client(options);  // reaches the old server first, is told to wait, then joins the new one
+  successor.join();
+  EXPECT_FALSE(client.check({"from"})) << "joined the old store";
+  client.set("from", "generation 2");
+  // An old server that never goes away: a clear timeout.
+  TCPStoreServer stale(0, "job", 3);
+  TCPStoreOptions late = client_of(stale, "job");
+  late.generation = 4;
+  late.timeout = 500ms;
+  try {
+    TCPStore never(late);
+    FAIL() << "joined a store of an earlier init";
+  } catch (const TimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("earlier init_process_group of this job (generation 3"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(TCPStore, PortInUseIsAClearError) {
   TCPStoreServer first(0, "");
   try {

@@ -1,0 +1,30 @@
+// The network: two convolutions and two linear layers (PyTorch-tutorial size, 0.2M parameters),
+// enough for about 90% test accuracy on Fashion-MNIST after a few epochs.
+#pragma once
+
+#include <torch/torch.h>
+
+struct NetImpl : torch::nn::Module {
+  NetImpl() {
+    conv1 = register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 32, 3).padding(1)));
+    bn1 = register_module("bn1", torch::nn::BatchNorm2d(32));
+    conv2 = register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(32, 64, 3).padding(1)));
+    bn2 = register_module("bn2", torch::nn::BatchNorm2d(64));
+    fc1 = register_module("fc1", torch::nn::Linear(64 * 7 * 7, 64));
+    dropout = register_module("dropout", torch::nn::Dropout(0.25));
+    fc2 = register_module("fc2", torch::nn::Linear(64, 10));
+  }
+
+  // [N, 1, 28, 28] normalized images -> [N, 10] logits.
+  at::Tensor forward(at::Tensor x) {
+    x = torch::max_pool2d(torch::relu(bn1(conv1(x))), 2);  // 32 x 14 x 14
+    x = torch::max_pool2d(torch::relu(bn2(conv2(x))), 2);  // 64 x 7 x 7
+    return fc2(dropout(torch::relu(fc1(x.flatten(1)))));
+  }
+
+  torch::nn::Conv2d conv1{nullptr}, conv2{nullptr};
+  torch::nn::BatchNorm2d bn1{nullptr}, bn2{nullptr};
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+  torch::nn::Dropout dropout{nullptr};
+};
+TORCH_MODULE(Net);

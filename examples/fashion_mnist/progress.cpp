@@ -1,0 +1,52 @@
+#include "progress.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+
+namespace {
+
+std::string clock_text(double seconds) {
+  const long s = static_cast<long>(seconds + 0.5);
+  char text[32];
+  if (s >= 3600) std::snprintf(text, sizeof text, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
+  else std::snprintf(text, sizeof text, "%ld:%02ld", s / 60, s % 60);
+  return text;
+}
+
+}  // namespace
+
+Progress::Progress(bool show, int epochs, std::int64_t steps_per_epoch, std::int64_t images_per_step)
+    : show_(show), tty_(::isatty(STDOUT_FILENO) == 1), epochs_(epochs), steps_per_epoch_(steps_per_epoch),
+      images_per_step_(images_per_step), start_(std::chrono::steady_clock::now()), last_print_(start_) {}
+
+void Progress::update(int epoch, std::int64_t step, double loss) {
+  ++steps_seen_;
+  if (!show_) return;
+  const auto now = std::chrono::steady_clock::now();
+  const double elapsed = std::chrono::duration<double>(now - start_).count();
+  const double rate = elapsed > 0 ? static_cast<double>(steps_seen_ * images_per_step_) / elapsed : 0;
+  const std::int64_t left = (epochs_ - epoch) * steps_per_epoch_ + (steps_per_epoch_ - step);
+  const double eta = steps_seen_ > 0 ? elapsed / static_cast<double>(steps_seen_) * static_cast<double>(left) : 0;
+  if (tty_) {
+    constexpr int kWidth = 30;
+    const int filled = static_cast<int>(kWidth * step / std::max<std::int64_t>(steps_per_epoch_, 1));
+    std::string bar(static_cast<std::size_t>(filled), '=');
+    if (filled < kWidth) bar += '>' + std::string(static_cast<std::size_t>(kWidth - filled - 1), ' ');
+    std::printf("\repoch %d/%d [%s] %lld/%lld  %.0f img/s  loss %.4f  ETA %s   ", epoch, epochs_, bar.c_str(),
+                static_cast<long long>(step), static_cast<long long>(steps_per_epoch_), rate, loss,
+                clock_text(eta).c_str());
+    line_open_ = true;
+  } else if (std::chrono::duration<double>(now - last_print_).count() >= 5 || step == steps_per_epoch_) {
+    std::printf("epoch %d/%d step %lld/%lld  %.0f img/s  loss %.4f  ETA %s\n", epoch, epochs_,
+                static_cast<long long>(step), static_cast<long long>(steps_per_epoch_), rate, loss,
+                clock_text(eta).c_str());
+    last_print_ = now;
+  }
+  std::fflush(stdout);
+}
+
+void Progress::finish_line() {
+  if (line_open_) std::printf("\n");
+  line_open_ = false;
+}

@@ -1,0 +1,160 @@
+// PyTorch's DistributedSampler for LibTorch, index for index.
+//
+//   ddp::init_process_group("gloo");
+//   auto dataset = ddp::data::FashionMNIST().map(torch::data::transforms::Stack<>());
+//   ddp::DistributedSampler sampler(*dataset.size(), {.seed = 42});   // rank, world: the process group's
+//   auto loader = torch::data::make_data_loader(std::move(dataset), sampler, /*batch_size=*/64);
+//   for (int64_t epoch = 0; epoch < epochs; ++epoch) {
+//     sampler.set_epoch(epoch);            // a new order every epoch, the same on every rank
+//     for (auto& batch : *loader) { ... }
+//   }
+//
+// Each rank reads a different shard of the dataset; together the shards cover it once per epoch
+// (padded by repeating indices, or trimmed with drop_last, so that every rank gets as many). The
+// indices are exactly those of Python's torch.utils.data.distributed.DistributedSampler with the
+// same arguments, so a C++ run sees the data in the same order as the same run in Python: a
+// permutation from torch.randperm(dataset_size) with a CPU generator seeded seed + epoch, padded by
+// repeating it from the start (or truncated with drop_last), then indices[rank::num_replicas].
+// LibTorch's own torch::data::samplers::DistributedRandomSampler does not do this (contiguous
+// shards, std::shuffle order, set_epoch does not reshuffle: pytorch/pytorch#73141).
+//
+// Bit-exactness and its limit. Below kRandpermLargeSize (214,748,364) indices every PyTorch release
+// computes the same permutation, and so does this sampler. From that size on, PyTorch 2.7 changed
+// torch.randperm's CPU algorithm (pytorch/pytorch#143682: 64-bit draws, "inside-out" Fisher-Yates);
+// the `randperm` option says which PyTorch to reproduce there: RandpermCompat::kModern (the
+// default: PyTorch 2.7 and later) or kLegacy (PyTorch up to 2.6, LibTorch 1.13). See docs/DATA.md.
+//
+// Mid-epoch resume: state() returns {epoch, seed, consumed, ...}, a small struct to put in a
+// checkpoint (or use save/load with torch::serialize archives); set_state() on a new sampler makes
+// the next pass continue with exactly the next batch. A state saved on any rank restores on
+// every rank (all ranks consume the same number of indices per step).
+#pragma once
+
+#include <torch/data/samplers/base.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+namespace ddp {
+
+// Dataset sizes from which PyTorch 2.7 and later use another randperm algorithm than earlier
+// releases: std::numeric_limits<uint32_t>::max() / 20, as in aten/src/ATen/native/TensorFactories.cpp.
+inline constexpr std::int64_t kRandpermLargeSize = 214748364;
+
+// Which PyTorch's torch.randperm to reproduce for dataset sizes >= kRandpermLargeSize. Below that
+// size both give the same permutation (the one every PyTorch release gives).
+enum class RandpermCompat {
+  kModern,  // PyTorch 2.7 and later: z = random64() % (i + 1), inside-out Fisher-Yates
+  kLegacy,  // PyTorch 2.6 and earlier, LibTorch 1.13: z = random() % (n - i) at every size
+};
+
+struct DistributedSamplerOptions {
+  std::optional<int> num_replicas;  // processes sharing the dataset; default: the world size
+  std::optional<int> rank;          // this process's shard, in [0, num_replicas); default: the rank
+  bool shuffle = true;              // a random permutation per epoch; false: 0, 1, 2, ... in order
+  std::uint64_t seed = 0;           // the generator is seeded seed + epoch (wrapping modulo 2^64)
+  bool drop_last = false;           // trim the tail to a multiple of num_replicas instead of padding
+  RandpermCompat randperm = RandpermCompat::kModern;  // only matters from kRandpermLargeSize on
+};
+
+// Where a sampler stands in its epoch: what a checkpoint needs to resume mid-epoch.
+struct DistributedSamplerState {
+  std::int64_t epoch = 0;      // the epoch of the pass under way (or of the next pass)
+  std::uint64_t seed = 0;      // the sampler's seed
+  std::int64_t consumed = 0;   // indices this rank has handed out in that pass
+  std::int64_t dataset_size = 0;  // checked on restore: the shards depend on it
+  int num_replicas = 1;           // checked on restore: the shards depend on it
+};
+
+// PyTorch's len(sampler): how many indices each rank gets per epoch. dataset_size / num_replicas
+// rounded up (padding), or down with drop_last. Throws InvalidArgument as distributed_indices.
+std::int64_t distributed_num_samples(std::int64_t dataset_size, int num_replicas, bool drop_last);
+
+// The indices rank `rank` of `num_replicas` reads in epoch `epoch`: a pure function, equal to
+// list(torch.utils.data.distributed.DistributedSampler(range(dataset_size), num_replicas, rank,
+// shuffle, seed, drop_last)) after set_epoch(epoch). Time O(dataset_size) with shuffle (the whole
+// permutation is built, as PyTorch does), O(num_samples) without; memory 8 bytes per index.
+// Throws InvalidArgument: dataset_size < 0, num_replicas < 1, rank outside [0, num_replicas),
+// epoch < 0. Thread-safe.
+std::vector<std::int64_t> distributed_indices(std::int64_t dataset_size, int num_replicas, int rank,
+                                              std::uint64_t seed, std::int64_t epoch, bool shuffle = true,
+                                              bool drop_last = false,
+                                              RandpermCompat randperm = RandpermCompat::kModern);
+
+// torch.randperm(n, generator=g) for a CPU generator g seeded `seed`, as `randperm` says
+// PyTorch computes it. Throws InvalidArgument for n < 0. Thread-safe.
+std::vector<std::int64_t> torch_randperm(std::int64_t n, std::uint64_t seed,
+                                         RandpermCompat randperm = RandpermCompat::kModern);
+
+// A torch::data sampler (usable as make_data_loader's sampler) yielding this rank's indices.
+//
+// A handle: copies share one state, so the copy you keep sees what the data loader does with the
+// copy it holds (make_data_loader takes its sampler by value and gives no access to it), and
+// set_epoch on yours reshuffles the loader's. Every method is thread-safe.
+//
+// Passes. reset() starts a pass over this rank's indices of the current epoch (the data loader
+// calls it at the start of every `for (auto& batch : *loader)`); next(batch_size) hands out the
+// next indices until the pass is exhausted. A sampler is ready for its first pass when built.
+// Starting a second pass over the same epoch with shuffle on logs a warning, once per process:
+// without set_epoch every epoch sees the same order (the most common DDP data bug).
+class DistributedSampler : public torch::data::samplers::Sampler<std::vector<std::size_t>> {
+ public:
+  // Throws InvalidArgument: num_replicas < 1, rank < 0 or >= num_replicas, dataset_size beyond
+  // int64 (a negative size converted to size_t); Error: num_replicas or rank not given and the
+  // default process group not initialized (call ddp::init_process_group first, or pass both).
+  explicit DistributedSampler(std::size_t dataset_size, DistributedSamplerOptions options = {});
+
+  // Sets the epoch the next pass uses (PyTorch's set_epoch): seeds the permutation seed + epoch.
+  // Takes effect at the next reset(), or at once when the current pass has not handed out an
+  // index yet. Call it before every epoch with the same value on every rank.
+  // Throws InvalidArgument for epoch < 0.
+  void set_epoch(std::int64_t epoch);
+  std::int64_t epoch() const;
+
+  // PyTorch's len(sampler): the number of indices this rank gets per epoch.
+  std::size_t size() const;
+
+  int num_replicas() const;
+  int rank() const;
+  std::size_t dataset_size() const;
+
+  // This rank's indices for epoch() (what a whole pass over it hands out), without touching the
+  // position of the pass under way.
+  std::vector<std::int64_t> indices() const;
+
+  // Starts a new pass (see above). `new_size`: the dataset's new size; a change restarts the
+  // pass at 0 and drops a pending resume. Right after set_state()/load() the first reset()
+  // continues the restored pass instead of restarting it.
+  void reset(torch::optional<std::size_t> new_size = torch::nullopt) override;
+
+  // Up to `batch_size` next indices of the pass, or nullopt when it is exhausted.
+  // Throws InvalidArgument for batch_size 0.
+  torch::optional<std::vector<std::size_t>> next(std::size_t batch_size) override;
+
+  // The position to checkpoint. `consumed` counts the indices next() handed out in this pass.
+  // With DataLoaderOptions::workers == 0 that is what the training loop has received; with
+  // workers > 0 the loader prefetches up to max_jobs batches ahead, so set
+  // state.consumed = batches_done * batch_size yourself before saving.
+  DistributedSamplerState state() const;
+
+  // Restores a position: the next pass (after the reset() that the data loader's begin() calls)
+  // continues epoch state.epoch from index state.consumed, with seed state.seed. Throws
+  // InvalidArgument when state.dataset_size or state.num_replicas differ from this sampler's
+  // (the shards would differ: start the epoch afresh with set_epoch(state.epoch) instead), or
+  // when consumed or epoch is negative or consumed exceeds size().
+  void set_state(const DistributedSamplerState& state);
+
+  // state()/set_state() through a torch::serialize archive (torch::save(sampler, path) works).
+  // load() throws InvalidArgument as set_state, and when the archive holds no sampler state.
+  void save(torch::serialize::OutputArchive& archive) const override;
+  void load(torch::serialize::InputArchive& archive) override;
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace ddp
