@@ -202,7 +202,7 @@ int main(int argc, char** argv) {
                 << std::endl;
     }
     Progress progress(leader, flags.epochs, steps_per_epoch,
-                      static_cast<std::int64_t>(flags.batch_size) * world * flags.accum);
+                      static_cast<std::int64_t>(flags.batch_size) * world * flags.accum, step);
     for (int epoch = start_epoch; epoch < flags.epochs; ++epoch) {
       // 5. A new order every epoch, the same on every rank (a resumed epoch keeps its position).
       if (batches_done == 0) sampler.set_epoch(epoch);
@@ -242,7 +242,7 @@ int main(int argc, char** argv) {
           epoch_loss_sum += window_sum;
           epoch_loss_count += window_count;
           window_sum = window_count = 0;
-          progress.update(epoch + 1, step_in_epoch, sums[0] / sums[1]);
+          progress.update(epoch + 1, step_in_epoch, step, sums[0] / sums[1]);
           if (sums[2] > 0 && batches_done < batches_per_epoch) {
             save_checkpoint(epoch);
             progress.finish_line();

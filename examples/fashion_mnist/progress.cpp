@@ -16,18 +16,20 @@ std::string clock_text(double seconds) {
 
 }  // namespace
 
-Progress::Progress(bool show, int epochs, std::int64_t steps_per_epoch, std::int64_t images_per_step)
+Progress::Progress(bool show, int epochs, std::int64_t steps_per_epoch, std::int64_t images_per_step,
+                   std::int64_t first_step)
     : show_(show), tty_(::isatty(STDOUT_FILENO) == 1), epochs_(epochs), steps_per_epoch_(steps_per_epoch),
-      images_per_step_(images_per_step), start_(std::chrono::steady_clock::now()), last_print_(start_) {}
+      images_per_step_(images_per_step), first_step_(first_step), start_(std::chrono::steady_clock::now()),
+      last_print_(start_) {}
 
-void Progress::update(int epoch, std::int64_t step, double loss) {
-  ++steps_seen_;
+void Progress::update(int epoch, std::int64_t step, std::int64_t total_step, double loss) {
   if (!show_) return;
+  const std::int64_t steps_seen = total_step - first_step_;
   const auto now = std::chrono::steady_clock::now();
   const double elapsed = std::chrono::duration<double>(now - start_).count();
-  const double rate = elapsed > 0 ? static_cast<double>(steps_seen_ * images_per_step_) / elapsed : 0;
+  const double rate = elapsed > 0 ? static_cast<double>(steps_seen * images_per_step_) / elapsed : 0;
   const std::int64_t left = (epochs_ - epoch) * steps_per_epoch_ + (steps_per_epoch_ - step);
-  const double eta = steps_seen_ > 0 ? elapsed / static_cast<double>(steps_seen_) * static_cast<double>(left) : 0;
+  const double eta = steps_seen > 0 ? elapsed / static_cast<double>(steps_seen) * static_cast<double>(left) : 0;
   if (tty_) {
     constexpr int kWidth = 30;
     const int filled = static_cast<int>(kWidth * step / std::max<std::int64_t>(steps_per_epoch_, 1));

@@ -1,0 +1,141 @@
+// The main job end to end: 2 ranks under ddprun on a subset of the real data. Loss falls, a
+// stopped run resumes from its checkpoint at the same sampler position and ends exactly where an
+// uninterrupted run ends, a damaged checkpoint is named and passed over.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "ddp/torch/checkpoint.h"
+#include "fashion_mnist/net.h"
+#include "support/multiprocess.h"
+
+namespace ddp {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+struct TrainRun {
+  int exit_code;
+  std::string output;
+};
+
+class FashionMnist : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")) {
+      GTEST_SKIP() << "Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)";
+    }
+    fs::remove_all(root_);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  // ddprun --nproc_per_node=2 train_fashion_mnist <small run flags> <extra>
+  TrainRun train(const std::string& dir, std::vector<std::string> extra = {}, int nproc = 2) {
+    std::vector<std::string> argv = {DDPRUN, "--nproc_per_node=" + std::to_string(nproc), "--standalone",
+                                     TRAIN_FASHION_MNIST, "--epochs", "2", "--limit-train", "1024", "--limit-test",
+                                     "500", "--log-every", "4", "--checkpoint-dir", (root_ / dir).string()};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto result = test::run_command(argv, {}, 240s);
+    return {result.signal ? 128 + result.signal : result.exit_code, result.output};
+  }
+
+  std::vector<std::string> lines(const fs::path& file) {
+    std::ifstream in(file);
+    std::vector<std::string> out;
+    for (std::string line; std::getline(in, line);) out.push_back(line);
+    return out;
+  }
+
+  // The model tensors of the newest checkpoint in `dir`.
+  std::vector<at::Tensor> final_model(const std::string& dir) {
+    Checkpoints checkpoints({.directory = (root_ / dir).string()});
+    std::vector<at::Tensor> tensors;
+    auto loaded = checkpoints.load_latest([&](torch::serialize::InputArchive& archive) {
+      torch::serialize::InputArchive model;
+      archive.read("model", model);
+      Net net;
+      net->load(model);
+      for (const auto& p : net->parameters()) tensors.push_back(p);
+      for (const auto& b : net->buffers()) tensors.push_back(b);
+    });
+    EXPECT_TRUE(loaded) << "no checkpoint in " << dir;
+    return tensors;
+  }
+
+  fs::path root_ = fs::temp_directory_path() / ("ddp-example-" + std::to_string(::getpid()));
+};
+
+TEST_F(FashionMnist, LearnsStopsResumesExactlyAndPassesOverADamagedCheckpoint) {
+  // An uninterrupted run.
+  auto whole = train("whole");
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  EXPECT_NE(whole.output.find("training on 2 processes (gloo, cpu), 1024 training and 500 test images"),
+            std::string::npos) << whole.output;
+  EXPECT_NE(whole.output.find("[0]:epoch 2/2: train loss"), std::string::npos) << whole.output;
+  EXPECT_EQ(whole.output.find("[1]:epoch"), std::string::npos) << "only rank 0 reports:\n" << whole.output;
+  auto csv = lines(root_ / "whole" / "metrics.csv");
+  ASSERT_EQ(csv.size(), 3u) << whole.output;
+  EXPECT_EQ(csv[0], "epoch,train_loss,test_loss,test_accuracy,lr,seconds,samples_per_second");
+  const double loss1 = std::stod(csv[1].substr(csv[1].find(',') + 1));
+  const double loss2 = std::stod(csv[2].substr(csv[2].find(',') + 1));
+  EXPECT_LT(loss2, loss1 * 0.9) << "the training loss did not fall";
+  const double accuracy = std::stod(csv[2].substr(csv[2].find(',', csv[2].find(',', csv[2].find(',') + 1) + 1) + 1));
+  EXPECT_GT(accuracy, 0.5) << csv[2];
+  std::ifstream svg(root_ / "whole" / "metrics.svg");
+  std::string plot((std::istreambuf_iterator<char>(svg)), std::istreambuf_iterator<char>());
+  EXPECT_NE(plot.find("<svg"), std::string::npos);
+  EXPECT_NE(plot.find("Test accuracy"), std::string::npos);
+
+  // The same run stopped in the middle of epoch 2 (8 steps per epoch), then started again.
+  auto first = train("resumed", {"--stop-after", "11"});
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_NE(first.output.find("stopping after step 11"), std::string::npos) << first.output;
+  auto second = train("resumed");
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_NE(second.output.find("resumed from " + (root_ / "resumed" / "checkpoint-000000000011.ckpt").string() +
+                               ": epoch 2, step 11, sampler position 192 of 512"),
+            std::string::npos)
+      << second.output;
+  auto a = final_model("whole"), b = final_model("resumed");
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(at::equal(a[i], b[i])) << "tensor " << i << " differs between the uninterrupted and the resumed run";
+  }
+
+  // A damaged newest checkpoint: named, passed over, and the older one resumed.
+  Checkpoints checkpoints({.directory = (root_ / "resumed").string()});
+  auto files = checkpoints.list();
+  ASSERT_EQ(files.size(), 2u);
+  fs::resize_file(files[0], fs::file_size(files[0]) / 2);
+  auto third = train("resumed", {"--epochs", "3"});
+  ASSERT_EQ(third.exit_code, 0) << third.output;
+  EXPECT_NE(third.output.find("checkpoint \"" + files[0] + "\" cannot be used (truncated"), std::string::npos)
+      << third.output;
+  EXPECT_NE(third.output.find("resumed from " + files[1]), std::string::npos) << third.output;
+}
+
+TEST_F(FashionMnist, GradientAccumulationAndBadInput) {
+  auto accum = train("accum", {"--accum", "2", "--epochs", "1"});
+  ASSERT_EQ(accum.exit_code, 0) << accum.output;
+  EXPECT_NE(accum.output.find("1 epochs of 4 steps, batch 64 per rank x 2 micro-batches"), std::string::npos)
+      << accum.output;
+  auto help = test::run_command({TRAIN_FASHION_MNIST, "--help"}, {}, 30s);
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_NE(help.output.find("--checkpoint-dir DIR"), std::string::npos) << help.output;
+  auto bad = test::run_command({TRAIN_FASHION_MNIST, "--epochs", "many"}, {}, 30s);
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.output.find("--epochs takes an integer >= 1, not 'many'"), std::string::npos) << bad.output;
+  auto missing = test::run_command({TRAIN_FASHION_MNIST, "--data-dir", "/nonexistent", "--checkpoint-dir",
+                                    (root_ / "missing").string()}, {}, 60s);
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.output.find("dataset-fashion-mnist"), std::string::npos) << missing.output;
+  EXPECT_NE(missing.output.find("--data-dir"), std::string::npos) << missing.output;
+}
+
+}  // namespace
+}  // namespace ddp
