@@ -132,6 +132,10 @@ int main(int argc, char** argv) {
     std::int64_t step = 0, batches_done = 0;
     double epoch_loss_sum = 0, epoch_loss_count = 0;
     std::vector<EpochMetrics> history;
+    if (!flags.resume && !checkpoints.list().empty()) {
+      throw std::invalid_argument("--no-resume, but " + flags.checkpoint_dir + " holds checkpoints of an earlier run; "
+                                  "new ones would mix with them. Choose another --checkpoint-dir, or delete them.");
+    }
     if (flags.resume) {
       auto loaded = checkpoints.load_latest([&](torch::serialize::InputArchive& archive) {
         torch::serialize::InputArchive m, o, s;
@@ -287,6 +291,10 @@ int main(int argc, char** argv) {
         write_text(flags.out_dir + "/metrics.svg", render_svg(history));
       }
       if (step == flags.stop_after) break;
+    }
+    if (leader && start_epoch >= flags.epochs) {
+      std::printf("the run in %s has already trained all %d epochs; nothing to do (raise --epochs to train longer, "
+                  "or choose another --checkpoint-dir for a new run)\n", flags.checkpoint_dir.c_str(), flags.epochs);
     }
     if (leader && !history.empty()) {
       double total = 0;
