@@ -9,6 +9,7 @@ busbw = algbw * 2(n-1)/n, the bandwidth each rank's link must sustain for a ring
 """
 import argparse
 import os
+import statistics
 import socket
 import subprocess
 import sys
@@ -68,7 +69,8 @@ def main():
     parser.add_argument("--worlds", type=int, nargs="+", default=[2, 4])
     parser.add_argument("--min-bytes", type=int, default=4 << 10)
     parser.add_argument("--max-bytes", type=int, default=256 << 20)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=5, help="timed batches per size in one run (median)")
+    parser.add_argument("--rounds", type=int, default=3, help="runs of each peer, alternating (median)")
     parser.add_argument("--debug-check", action="store_true",
                         help="also time ddp with DDP_DEBUG=1 (the collective agreement check)")
     args = parser.parse_args()
@@ -76,12 +78,19 @@ def main():
     ddp_cmd = [os.path.join(args.build, "bench", "allreduce_bench")] + sizes
     torch_cmd = [TORCH_PYTHON, os.path.join(HERE, "torch_allreduce.py")] + sizes
     for world in args.worlds:
-        results = {"ddp": run_ranks(ddp_cmd, world, {}, 1800)}
+        peers = [("ddp", ddp_cmd, {})]
         if args.debug_check:
-            results["ddp DDP_DEBUG=1"] = run_ranks(ddp_cmd, world, {"DDP_DEBUG": "1"}, 1800)
-        results["PyTorch"] = run_ranks(torch_cmd, world, {}, 1800)
+            peers.append(("ddp DDP_DEBUG=1", ddp_cmd, {"DDP_DEBUG": "1"}))
+        peers.append(("PyTorch", torch_cmd, {}))
+        # Rounds alternate the peers, so that the machine's drift hits them alike; medians per size.
+        samples = {name: {} for name, _, _ in peers}
+        for _ in range(args.rounds):
+            for name, cmd, env in peers:
+                for size, micros in run_ranks(cmd, world, env, 1800).items():
+                    samples[name].setdefault(size, []).append(micros)
+        results = {name: {size: statistics.median(v) for size, v in by_size.items()} for name, by_size in samples.items()}
         names = list(results)
-        print("\n### all_reduce float32, world size %d\n" % world)
+        print("\n### all_reduce float32, world size %d (median of %d rounds)\n" % (world, args.rounds))
         header = "| size | " + " | ".join("%s time (us) | %s busbw (GB/s)" % (n, n) for n in names)
         header += " | ddp / PyTorch time |"
         print(header)

@@ -3,7 +3,7 @@
 
 #include "command.h"
 #include "ddp/error.h"
-#include "launch.h"
+#include "support/launch.h"
 
 namespace ddp::launcher {
 namespace {

@@ -7,9 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "launch.h"
+#include "support/launch.h"
 
 namespace ddp::launcher::test {
+
+using namespace ::ddp::test;  // Launch, TempDir, free_port, ...
 
 inline const std::string kDdprun = DDPRUN_PATH;
 inline const std::string kWorker = TEST_WORKER_PATH;

@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include "launch.h"
+#include "support/launch.h"
 #include "line_splitter.h"
 #include "worker_output.h"
 

@@ -9,7 +9,9 @@
 #include <string>
 #include <vector>
 
-namespace ddp::launcher::test {
+#include "support/multiprocess.h"  // free_port
+
+namespace ddp::test {
 
 using namespace std::chrono_literals;
 
@@ -80,7 +82,4 @@ void write_file(const std::string& path, const std::string& text, bool executabl
 std::vector<std::string> lines_starting(const std::string& text, const std::string& prefix);
 int count(const std::string& text, const std::string& needle);
 
-// A TCP port that was free a moment ago.
-int free_port();
-
-}  // namespace ddp::launcher::test
+}  // namespace ddp::test

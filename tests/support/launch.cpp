@@ -1,4 +1,4 @@
-#include "launch.h"
+#include "support/launch.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -15,7 +15,7 @@
 #include <fstream>
 #include <sstream>
 
-namespace ddp::launcher::test {
+namespace ddp::test {
 
 using Clock = std::chrono::steady_clock;
 
@@ -184,16 +184,4 @@ int count(const std::string& text, const std::string& needle) {
   return n;
 }
 
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
-}  // namespace ddp::launcher::test
+}  // namespace ddp::test
