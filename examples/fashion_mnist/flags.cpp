@@ -57,6 +57,7 @@ Flags parse_flags(const std::vector<std::string>& args) {
       {"--limit-train", [&](auto& k, auto& v) { f.limit_train = to_int(k, v, 0); }},
       {"--limit-test", [&](auto& k, auto& v) { f.limit_test = to_int(k, v, 0); }},
       {"--stop-after", [&](auto& k, auto& v) { f.stop_after = to_int(k, v, 1); }},
+      {"--timeout", [&](auto& k, auto& v) { f.timeout = to_double(k, v); }},
   };
   for (std::size_t i = 0; i < args.size(); ++i) {
     std::string key = args[i], value;
@@ -106,5 +107,7 @@ std::string help_text(const std::string& program) {
          "  --limit-train N       train on the first N images only (default: all 60,000)\n"
          "  --limit-test N        test on the first N images only (default: all 10,000)\n"
          "  --stop-after N        stop after N optimizer steps, with a checkpoint (to try resuming)\n"
+         "  --timeout SECONDS     how long a collective may wait for the other ranks before the job fails\n"
+         "                        with an explanation (default 1800, as PyTorch's 30 minutes)\n"
          "  --help                this text\n";
 }

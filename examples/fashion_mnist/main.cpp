@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
   std::signal(SIGTERM, [](int) { stop_requested = 1; });
   try {
     // 1. Join the process group: rank and world size come from the launcher (ddprun, torchrun).
-    ddp::init_process_group(flags.backend);
+    ddp::init_process_group(flags.backend, {.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(flags.timeout * 1000))});
     const int rank = ddp::get_rank(), world = ddp::get_world_size();
     // 2. One device per process, chosen by LOCAL_RANK.
     const int local_rank = ddp::get_local_rank();

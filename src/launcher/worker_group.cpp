@@ -98,6 +98,9 @@ WorkerGroup::Wakeup WorkerGroup::wait(int external_fd) {
 void WorkerGroup::stop(int signal, std::chrono::milliseconds grace) {
   stopping_ = true;
   signal_groups(signal);
+  // A stopped worker (SIGSTOP, a debugger's stop, Ctrl-Z) would hold its SIGTERM until the grace
+  // period ran out: continue it so that it can act on the signal (as systemd does).
+  if (signal != SIGKILL) signal_groups(SIGCONT);
   const auto deadline = Clock::now() + grace;
   while ((any_running() || any_group_alive()) && Clock::now() < deadline && !escalate_) {
     pump(std::min<std::chrono::milliseconds>(100ms, until(deadline)), -1);
