@@ -249,14 +249,14 @@ TEST(TCPStore, AClientOfTheNextInitWaitsForTheNewServer) {
   auto old_server = std::make_unique<TCPStoreServer>(0, "job", 1);
   const auto port = old_server->port();
   TCPStore(client_of(*old_server, "job")).set("from", "generation 1");
+  TCPStoreOptions options = client_of(*old_server, "job");
+  options.generation = 2;
   std::unique_ptr<TCPStoreServer> new_server;
   std::thread successor([&] {
     std::this_thread::sleep_for(300ms);
     old_server.reset();
     new_server = std::make_unique<TCPStoreServer>(port, "job", 2);
   });
-  TCPStoreOptions options = client_of(*old_server, "job");
-  options.generation = 2;
   TCPStore client(options);  // reaches the old server first, is told to wait, then joins the new one
   successor.join();
   EXPECT_FALSE(client.check({"from"})) << "joined the old store";
