@@ -1,18 +1,30 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs the whole test suite (CTest), then the core tests
-# again under AddressSanitizer and UndefinedBehaviorSanitizer.
+# again under AddressSanitizer + UndefinedBehaviorSanitizer and under ThreadSanitizer, and the
+# store protocol fuzzer for a minute. (scripts/sanitize.sh runs the rest of the suite under the
+# sanitizers: slower, not part of every CI run.)
 #   scripts/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DDP_BUILD_JOBS="${DDP_BUILD_JOBS:-2}"
+core_only=(-DDDP_BUILD_TORCH=OFF -DDDP_BUILD_BENCH=OFF -DDDP_BUILD_EXAMPLES=OFF)
 
 scripts/setup.sh build
-scripts/setup.sh build-asan -DDDP_SANITIZE=address,undefined -DDDP_BUILD_TORCH=OFF -DDDP_BUILD_BENCH=OFF \
-  -DDDP_BUILD_EXAMPLES=OFF
+echo "== all tests"
+ctest --test-dir build -j 2 --output-on-failure --timeout 600 | tee build/ctest.log
 
+scripts/setup.sh build-asan -DDDP_SANITIZE=address,undefined "${core_only[@]}"
 echo "== core tests under ASan+UBSan"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --test-dir build-asan -L core -j 2 --output-on-failure --timeout 300
+  ctest --test-dir build-asan -L core -j 2 --output-on-failure --timeout 600
 
-echo "== all tests"
-ctest --test-dir build -j 2 --output-on-failure --timeout 300
+scripts/setup.sh build-tsan -DDDP_SANITIZE=thread "${core_only[@]}"
+echo "== core tests under TSan"
+TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/tsan.supp" \
+  ctest --test-dir build-tsan -L core -j 2 --output-on-failure --timeout 900
+
+echo "== fuzzing"
+scripts/fuzz.sh 60
+
+# The summary of the main run, last.
+tail -n 20 build/ctest.log | grep -E "tests passed|tests failed" || true

@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "ddp/torch/checkpoint.h"
-#include "fashion_mnist/net.h"
+#include "final_model.h"
 #include "support/multiprocess.h"
 
 namespace ddp {
@@ -51,19 +51,9 @@ class FashionMnist : public ::testing::Test {
     return out;
   }
 
-  // The model tensors of the newest checkpoint in `dir`.
   std::vector<at::Tensor> final_model(const std::string& dir) {
-    Checkpoints checkpoints({.directory = (root_ / dir).string()});
-    std::vector<at::Tensor> tensors;
-    auto loaded = checkpoints.load_latest([&](torch::serialize::InputArchive& archive) {
-      torch::serialize::InputArchive model;
-      archive.read("model", model);
-      Net net;
-      net->load(model);
-      for (const auto& p : net->parameters()) tensors.push_back(p);
-      for (const auto& b : net->buffers()) tensors.push_back(b);
-    });
-    EXPECT_TRUE(loaded) << "no checkpoint in " << dir;
+    auto tensors = test::final_model((root_ / dir).string());
+    EXPECT_FALSE(tensors.empty()) << "no checkpoint in " << dir;
     return tensors;
   }
 

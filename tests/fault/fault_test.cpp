@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "ddp/torch/checkpoint.h"
-#include "fashion_mnist/net.h"
+#include "final_model.h"
 #include "support/launch.h"
 #include "support/netns.h"
 
@@ -92,19 +92,7 @@ class Faults : public ::testing::Test {
   }
   std::string dir(const std::string& run) const { return (root_.path() / run).string(); }
 
-  // The model of the newest usable checkpoint.
-  std::vector<at::Tensor> final_model(const std::string& run) {
-    std::vector<at::Tensor> tensors;
-    Checkpoints({.directory = dir(run)}).load_latest([&](torch::serialize::InputArchive& archive) {
-      torch::serialize::InputArchive model;
-      archive.read("model", model);
-      Net net;
-      net->load(model);
-      for (const auto& p : net->parameters()) tensors.push_back(p);
-      for (const auto& b : net->buffers()) tensors.push_back(b);
-    });
-    return tensors;
-  }
+  std::vector<at::Tensor> final_model(const std::string& run) { return test::final_model(dir(run)); }
 
   struct Root {
     fs::path p = fs::temp_directory_path() / ("ddp-faults-" + std::to_string(::getpid()));

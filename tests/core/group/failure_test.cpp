@@ -8,28 +8,17 @@
 
 #include "ddp/distributed.h"
 #include "ddp/error.h"
+#include "support/expect_error.h"
 #include "support/multiprocess.h"
 
 namespace ddp {
 namespace {
 
+using test::expect_error;
+
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-template <typename E, typename F>
-std::string expect_error(F&& call, std::initializer_list<std::string> fragments) {
-  try {
-    call();
-    ADD_FAILURE() << "no error";
-  } catch (const E& e) {
-    std::string message = e.what();
-    for (const auto& f : fragments) EXPECT_NE(message.find(f), std::string::npos) << "missing '" << f << "' in: " << message;
-    return message;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong error type: " << e.what();
-  }
-  return {};
-}
 
 std::string temp_path(const char* what) { return "/tmp/ddp-test-" + std::to_string(::getpid()) + "-" + what; }
 

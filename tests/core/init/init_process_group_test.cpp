@@ -5,26 +5,16 @@
 #include "ddp/distributed.h"
 #include "ddp/error.h"
 #include "ddp/tcp_store.h"
+#include "support/expect_error.h"
 #include "support/multiprocess.h"
 
 namespace ddp {
 namespace {
 
+using test::expect_error;
+
 using namespace std::chrono_literals;
 
-// Runs `call` expecting an exception of type E whose message holds every fragment.
-template <typename E, typename F>
-void expect_error(F&& call, std::initializer_list<std::string> fragments) {
-  try {
-    call();
-    ADD_FAILURE() << "no error";
-  } catch (const E& e) {
-    std::string message = e.what();
-    for (const auto& f : fragments) EXPECT_NE(message.find(f), std::string::npos) << "missing '" << f << "' in: " << message;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong error type: " << e.what();
-  }
-}
 
 test::RunOptions with_env(std::map<std::string, std::string> env) {
   test::RunOptions options;

@@ -7,6 +7,7 @@
 
 #include "ddp/ddp.h"
 #include "models.h"
+#include "support/expect_error.h"
 #include "support/multiprocess.h"
 
 namespace ddp::test {
@@ -14,18 +15,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-template <typename E, typename F>
-void expect_error(F&& call, std::initializer_list<std::string> fragments) {
-  try {
-    call();
-    ADD_FAILURE() << "no error";
-  } catch (const E& e) {
-    std::string message = e.what();
-    for (const auto& f : fragments) EXPECT_NE(message.find(f), std::string::npos) << "missing '" << f << "' in: " << message;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong error type: " << e.what();
-  }
-}
 
 struct Deep : torch::nn::Module {
   Deep() {
