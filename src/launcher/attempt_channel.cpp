@@ -134,6 +134,8 @@ void EndWatcher::run() {
 
 void leave_job(Store& store, const Membership& membership, bool coordinator, std::chrono::milliseconds timeout) {
   try {
+    // Bounded even when the store cannot be reached (a cut network): a leaving node must not hang.
+    store.set_timeout(timeout);
     if (!coordinator) {
       store.add(keys::kLeft, 1);
       return;

@@ -133,7 +133,9 @@ TEST(HalfFloats, ConvertEveryFp16ValueExactlyAndRoundToNearestEven) {
   EXPECT_EQ(float_to_fp16(std::ldexp(1.5f, -25)), 0x0001);
   for (std::uint32_t h = 0; h < 0x10000; ++h) {
     float f = bf16_to_float(static_cast<std::uint16_t>(h));
-    if (!std::isnan(f)) ASSERT_EQ(float_to_bf16(f), h);
+    if (!std::isnan(f)) {
+      ASSERT_EQ(float_to_bf16(f), h);
+    }
   }
   EXPECT_EQ(float_to_bf16(1.0f + std::ldexp(1.0f, -8)), 0x3f80);  // halfway: to even
   EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(std::nanf("")))));
