@@ -1,6 +1,8 @@
 // float32 all_reduce timing on one rank of a ddp job (run one process per rank; see
 // run_allreduce.py). Prints one line per size: "<bytes> <median microseconds per op>".
 //   allreduce_bench [--min-bytes N] [--max-bytes N] [--backend gloo] [--repeats R]
+// With --memcpy, one process times a single-core memcpy of each size instead (the yardstick for
+// the shared-memory path's bandwidth), in the same format.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -11,24 +13,62 @@
 
 #include "ddp/distributed.h"
 
+namespace {
+
+// About 64 MB of traffic per timed batch (at least 3, at most 200 ops).
+int iterations(std::size_t bytes) { return static_cast<int>(std::clamp<std::size_t>((64u << 20) / bytes, 3, 200)); }
+
+// memcpy between two buffers of max_bytes, each size timed as the all_reduce is.
+void time_memcpy(std::size_t min_bytes, std::size_t max_bytes, int repeats) {
+  std::vector<char> from(max_bytes, 1), to(max_bytes, 2);
+  for (std::size_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
+    const int iters = iterations(bytes);
+    for (int w = 0; w < std::max(2, iters / 10); ++w) std::memcpy(to.data(), from.data(), bytes);
+    std::vector<double> per_op;
+    for (int r = 0; r < repeats; ++r) {
+      auto start = std::chrono::steady_clock::now();
+      for (int i = 0; i < iters; ++i) {
+        std::memcpy(to.data(), from.data(), bytes);
+        asm volatile("" : : "r"(to.data()) : "memory");  // keep every copy
+      }
+      std::chrono::duration<double, std::micro> elapsed = std::chrono::steady_clock::now() - start;
+      per_op.push_back(elapsed.count() / iters);
+    }
+    std::sort(per_op.begin(), per_op.end());
+    std::printf("%zu %.2f\n", bytes, per_op[per_op.size() / 2]);
+    std::fflush(stdout);
+  }
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   std::size_t min_bytes = 4 << 10, max_bytes = 256 << 20;
   int repeats = 5;
   std::string backend = "gloo";
-  for (int i = 1; i + 1 < argc; i += 2) {
+  bool memcpy_only = false;
+  for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
-    if (flag == "--min-bytes") min_bytes = std::strtoull(argv[i + 1], nullptr, 10);
-    else if (flag == "--max-bytes") max_bytes = std::strtoull(argv[i + 1], nullptr, 10);
-    else if (flag == "--repeats") repeats = std::atoi(argv[i + 1]);
-    else if (flag == "--backend") backend = argv[i + 1];
+    if (flag == "--memcpy") {
+      memcpy_only = true;
+      continue;
+    }
+    if (i + 1 >= argc) break;
+    if (flag == "--min-bytes") min_bytes = std::strtoull(argv[++i], nullptr, 10);
+    else if (flag == "--max-bytes") max_bytes = std::strtoull(argv[++i], nullptr, 10);
+    else if (flag == "--repeats") repeats = std::atoi(argv[++i]);
+    else if (flag == "--backend") backend = argv[++i];
+  }
+  if (memcpy_only) {
+    time_memcpy(min_bytes, max_bytes, repeats);
+    return 0;
   }
   ddp::init_process_group(backend, {.timeout = std::chrono::minutes(5)});
   auto group = ddp::get_default_group();
   std::vector<float> data(max_bytes / sizeof(float), 1.0f);
   for (std::size_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
     const std::size_t count = bytes / sizeof(float);
-    // About 64 MB of traffic per timed batch (at least 3, at most 200 ops).
-    const int iters = static_cast<int>(std::clamp<std::size_t>((64u << 20) / bytes, 3, 200));
+    const int iters = iterations(bytes);
     for (int w = 0; w < std::max(2, iters / 10); ++w) group->all_reduce(ddp::buffer_of(data.data(), count))->wait();
     std::vector<double> per_op;
     for (int r = 0; r < repeats; ++r) {

@@ -1,7 +1,13 @@
 // One DDP training step (forward, backward with the gradient all-reduce, SGD step), timed on one
-// rank of a ddp job; run_ddp_step.py runs it beside PyTorch's DDP (torch_ddp_step.py).
-//   ddp_step_bench --model mlp|cnn [--no-ddp] [--steps N] [--batch B]
-// Prints "<median step ms>" on rank 0.
+// rank of a ddp job; run_ddp_step.py runs it beside PyTorch's DDP (torch_ddp_step.py), and
+// scripts/gpu_check.sh runs it on a GPU.
+//   ddp_step_bench --model mlp|cnn|resnet50 [--no-ddp] [--steps N] [--batch B]
+//                  [--device cpu|cuda] [--backend gloo|nccl] [--comm-hook allreduce]
+// Prints "<median step ms>" on rank 0. On the CPU (the default) each rank uses one intra-op
+// thread and gloo; with --device cuda each rank uses the GPU its LOCAL_RANK names, nccl by default,
+// and every step ends with a device synchronization. --comm-hook allreduce registers the default
+// all-reduce hook explicitly, so that a group of one still fills and averages its buckets (DDP's
+// own work without communication; without a hook a group of one skips it).
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -38,17 +44,84 @@ struct Cnn : torch::nn::Module {  // PyTorch's MNIST example network: 1.2M param
   torch::nn::Linear fc1{nullptr}, fc2{nullptr};
 };
 
+// ResNet-50 (torchvision's layout: bottleneck blocks 3-4-6-3, 25.6M parameters), on 224x224 images.
+torch::nn::Conv2d conv(int in, int out, int kernel, int stride = 1) {
+  return torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, kernel).stride(stride).padding(kernel / 2).bias(false));
+}
+
+struct Bottleneck : torch::nn::Module {
+  Bottleneck(int in, int width, int stride) {
+    const int out = width * 4;
+    c1 = register_module("conv1", conv(in, width, 1));
+    b1 = register_module("bn1", torch::nn::BatchNorm2d(width));
+    c2 = register_module("conv2", conv(width, width, 3, stride));
+    b2 = register_module("bn2", torch::nn::BatchNorm2d(width));
+    c3 = register_module("conv3", conv(width, out, 1));
+    b3 = register_module("bn3", torch::nn::BatchNorm2d(out));
+    if (stride != 1 || in != out) {
+      down = register_module("downsample", torch::nn::Sequential(conv(in, out, 1, stride), torch::nn::BatchNorm2d(out)));
+    }
+  }
+  at::Tensor forward(const at::Tensor& x) {
+    auto h = torch::relu(b1(c1(x)));
+    h = torch::relu(b2(c2(h)));
+    h = b3(c3(h));
+    return torch::relu(h + (down ? down->forward(x) : x));
+  }
+  torch::nn::Conv2d c1{nullptr}, c2{nullptr}, c3{nullptr};
+  torch::nn::BatchNorm2d b1{nullptr}, b2{nullptr}, b3{nullptr};
+  torch::nn::Sequential down{nullptr};
+};
+
+struct ResNet50 : torch::nn::Module {
+  ResNet50() {
+    stem = register_module("conv1", conv(3, 64, 7, 2));
+    bn = register_module("bn1", torch::nn::BatchNorm2d(64));
+    int in = 64;
+    const int blocks[] = {3, 4, 6, 3};
+    for (int stage = 0; stage < 4; ++stage) {
+      torch::nn::Sequential layer;
+      const int width = 64 << stage;
+      for (int b = 0; b < blocks[stage]; ++b) {
+        layer->push_back(std::make_shared<Bottleneck>(in, width, b == 0 && stage > 0 ? 2 : 1));
+        in = width * 4;
+      }
+      layers.push_back(register_module("layer" + std::to_string(stage + 1), layer));
+    }
+    fc = register_module("fc", torch::nn::Linear(2048, 1000));
+  }
+  at::Tensor forward(const at::Tensor& x) {
+    auto h = torch::max_pool2d(torch::relu(bn(stem(x))), 3, 2, 1);
+    for (auto& layer : layers) h = layer->forward(h);
+    return fc(torch::adaptive_avg_pool2d(h, {1, 1}).flatten(1));
+  }
+  torch::nn::Conv2d stem{nullptr};
+  torch::nn::BatchNorm2d bn{nullptr};
+  std::vector<torch::nn::Sequential> layers;
+  torch::nn::Linear fc{nullptr};
+};
+
+struct Config {
+  bool use_ddp = true;
+  bool hook = false;
+  int steps = 30;
+  int batch = 64;
+  torch::Device device = torch::kCPU;
+};
+
 template <typename Forward>
-double median_step_ms(Forward forward, torch::optim::Optimizer& optimizer, int steps, int batch) {
-  auto x = torch::randn({batch, 1, 28, 28});
-  auto y = torch::randint(0, 10, {batch});
+double median_step_ms(Forward forward, torch::optim::Optimizer& optimizer, const Config& c, at::Tensor x, int classes) {
+  auto y = torch::randint(0, classes, {c.batch}).to(c.device);
+  x = x.to(c.device);
   std::vector<double> times;
-  for (int i = 0; i < steps + 5; ++i) {
+  for (int i = 0; i < c.steps + 5; ++i) {
     ddp::barrier();
+    if (c.device.is_cuda()) torch::cuda::synchronize(c.device.index());
     auto start = std::chrono::steady_clock::now();
     optimizer.zero_grad();
     torch::cross_entropy_loss(forward(x), y).backward();
     optimizer.step();
+    if (c.device.is_cuda()) torch::cuda::synchronize(c.device.index());
     std::chrono::duration<double, std::milli> elapsed = std::chrono::steady_clock::now() - start;
     if (i >= 5) times.push_back(elapsed.count());
   }
@@ -57,34 +130,62 @@ double median_step_ms(Forward forward, torch::optim::Optimizer& optimizer, int s
 }
 
 template <typename M>
-double run(bool use_ddp, int steps, int batch) {
+double run(const Config& c, at::Tensor x, int classes) {
   auto model = std::make_shared<M>();
-  if (!use_ddp) {
+  model->to(c.device);
+  if (!c.use_ddp) {
     torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
-    return median_step_ms([&](const at::Tensor& x) { return model->forward(x); }, optimizer, steps, batch);
+    return median_step_ms([&](const at::Tensor& in) { return model->forward(in); }, optimizer, c, x, classes);
   }
-  ddp::DistributedDataParallel ddp_model(model);
+  ddp::DDPOptions options;
+  if (c.device.is_cuda()) options.device_ids = {c.device.index()};
+  ddp::DistributedDataParallel ddp_model(model, options);
+  if (c.hook) ddp_model->register_comm_hook(ddp::comm_hooks::allreduce());
   torch::optim::SGD optimizer(ddp_model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
-  return median_step_ms([&](const at::Tensor& x) { return ddp_model->forward(x); }, optimizer, steps, batch);
+  return median_step_ms([&](const at::Tensor& in) { return ddp_model->forward(in); }, optimizer, c, x, classes);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model = "mlp";
-  bool use_ddp = true;
-  int steps = 30, batch = 64;
+  std::string model = "mlp", device = "cpu", backend;
+  Config c;
+  bool batch_given = false;
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
     if (flag == "--model" && i + 1 < argc) model = argv[++i];
-    else if (flag == "--no-ddp") use_ddp = false;
-    else if (flag == "--steps" && i + 1 < argc) steps = std::stoi(argv[++i]);
-    else if (flag == "--batch" && i + 1 < argc) batch = std::stoi(argv[++i]);
+    else if (flag == "--no-ddp") c.use_ddp = false;
+    else if (flag == "--steps" && i + 1 < argc) c.steps = std::stoi(argv[++i]);
+    else if (flag == "--batch" && i + 1 < argc) c.batch = std::stoi(argv[++i]), batch_given = true;
+    else if (flag == "--device" && i + 1 < argc) device = argv[++i];
+    else if (flag == "--backend" && i + 1 < argc) backend = argv[++i];
+    else if (flag == "--comm-hook" && i + 1 < argc) c.hook = std::string(argv[++i]) == "allreduce";
+    else {
+      std::fprintf(stderr, "ddp_step_bench: unknown argument %s\n", flag.c_str());
+      return 2;
+    }
   }
-  torch::set_num_threads(1);
+  if (device != "cpu" && device != "cuda") {
+    std::fprintf(stderr, "ddp_step_bench: --device is cpu or cuda, not %s\n", device.c_str());
+    return 2;
+  }
+  if (device == "cuda" && !torch::cuda::is_available()) {
+    std::fprintf(stderr, "ddp_step_bench: --device cuda, but LibTorch sees no CUDA device (CPU-only LibTorch, or no GPU)\n");
+    return 3;
+  }
+  if (model == "resnet50" && !batch_given) c.batch = 32;
+  if (backend.empty()) backend = device == "cuda" ? "nccl" : "gloo";
   torch::manual_seed(0);
-  ddp::init_process_group("gloo");
-  const double ms = model == "cnn" ? run<Cnn>(use_ddp, steps, batch) : run<Mlp>(use_ddp, steps, batch);
+  if (device == "cpu") torch::set_num_threads(1);
+  ddp::init_process_group(backend);
+  if (device == "cuda") {
+    c.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(ddp::get_local_rank()));
+    at::globalContext().setBenchmarkCuDNN(true);
+  }
+  double ms = 0;
+  if (model == "cnn") ms = run<Cnn>(c, torch::randn({c.batch, 1, 28, 28}), 10);
+  else if (model == "resnet50") ms = run<ResNet50>(c, torch::randn({c.batch, 3, 224, 224}), 1000);
+  else ms = run<Mlp>(c, torch::randn({c.batch, 1, 28, 28}), 10);
   if (ddp::get_rank() == 0) std::printf("%.3f\n", ms);
   ddp::destroy_process_group();
   return 0;

@@ -5,7 +5,8 @@
 //
 // Calls come from one thread at a time (the group's worker), already validated; each must
 // finish or throw by `deadline`. Throwing any exception is fine: the group turns it into a
-// ddp::Error with context.
+// ddp::Error with context. A backend of device buffers (nccl) queues its work after each
+// buffer's `ready` event (ddp/types.h) and returns once that work has completed on the device.
 #pragma once
 
 #include <chrono>

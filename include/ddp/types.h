@@ -56,6 +56,13 @@ struct Buffer {
   std::size_t count = 0;
   DataType dtype = DataType::Float32;
   Device device = {};
+  // CUDA buffers only: when the data is ready. A cudaEvent_t recorded on the stream that produces
+  // the data, at the point the operation must wait for (the LibTorch front records one on the
+  // current stream as it issues the op); the op's device work is queued after it. It must stay
+  // valid until the op's Work completes. Null: the op waits for the work queued on the device's
+  // legacy default stream when it starts. A completed Work means the device work is done, so its
+  // results can be used from any stream (docs/NCCL.md).
+  void* ready = nullptr;
 
   std::size_t bytes() const { return count * element_size(dtype); }
 };

@@ -280,8 +280,10 @@ struct ProcessGroup::State {
       if (b->count > 0 && !backend->accepts(b->device)) {
         throw InvalidArgument(cat(to_string(op.type), ": the ", backend_name, " backend cannot use buffers on ",
                                   to_string(b->device),
-                                  b->device.is_cuda() ? "; use the nccl backend for CUDA tensors"
-                                                      : "; use the gloo backend for CPU tensors"));
+                                  b->device.is_cuda()
+                                      ? "; the nccl backend takes CUDA buffers on this rank's GPU (the one LOCAL_RANK "
+                                        "names), gloo takes CPU buffers"
+                                      : "; use the gloo backend for CPU tensors"));
       }
     }
   }

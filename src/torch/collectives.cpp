@@ -1,10 +1,18 @@
 // Tensor collectives: check the tensors, view them as Buffers, run the buffer-level collective,
 // and keep the tensors alive until the Work completes. Lists go through one flat tensor.
+//
+// CUDA tensors (docs/NCCL.md): on a backend that takes device buffers (nccl) the op is ordered
+// after the work queued on the current stream when it was issued (an event recorded there is the
+// buffers' `ready`); on any other backend (gloo) they are staged through host memory: copied to
+// the host at issue, and the results copied back after the op. Either way what follows the op
+// (copies back, unflattening) runs on the stream that was current at issue.
 #include "ddp/torch/collectives.h"
 
 #include <ATen/ATen.h>
 
+#include "cuda_stream.h"
 #include "ddp/error.h"
+#include "util/log.h"
 #include "util/strings.h"
 
 namespace ddp {
@@ -15,14 +23,62 @@ namespace {
 
 GroupPtr resolve(const GroupPtr& group) { return group ? group : get_default_group(); }
 
-// Keeps `keep` alive until `work` completes, then runs `after` (e.g. copying a flat result out).
-std::shared_ptr<Work> hold(std::shared_ptr<Work> work, std::vector<at::Tensor> keep,
-                           std::function<void()> after = nullptr) {
-  work->then([keep = std::move(keep), after = std::move(after)](Work& done) {
-    if (after && !done.exception()) after();
-  });
-  return work;
-}
+// Whether `group` passes CUDA tensors to its backend as they are: nccl does; gloo (and any other
+// backend, and a group of one of them) gets host copies.
+bool takes_device_buffers(const ProcessGroup& group) { return group.backend_name() == "nccl"; }
+
+// The tensors of one op as the backend sees them, kept alive until the op completes.
+class OpTensors {
+ public:
+  OpTensors(const ProcessGroup& group, const at::Tensor& like)
+      : stream_(like.defined() ? like.device() : c10::Device(c10::kCPU)), staged_(!takes_device_buffers(group)) {}
+
+  // A tensor the op reads, one it writes, one it does both to.
+  Buffer in(const at::Tensor& t, const char* what = "tensor") { return place(t, what, true, false); }
+  Buffer out(const at::Tensor& t, const char* what = "tensor") { return place(t, what, false, true); }
+  Buffer inout(const at::Tensor& t, const char* what = "tensor") { return place(t, what, true, true); }
+
+  // `b`, ordered after what the current stream had queued up to now: call it as the op is issued.
+  Buffer ready(Buffer b) {
+    if (b.device.is_cuda()) b.ready = stream_.ready();
+    return b;
+  }
+
+  // Keeps the tensors alive until `work` completes; then copies staged results back and runs
+  // `after` (e.g. unflattening), on the stream that was current at issue.
+  std::shared_ptr<Work> hold(std::shared_ptr<Work> work, std::function<void()> after = nullptr) {
+    work->then([keep = std::move(keep_), copies = std::move(copies_), stream = stream_,
+                after = std::move(after)](Work& done) {
+      if (done.exception()) return;
+      try {
+        stream.run([&] {
+          for (const auto& [device, host] : copies) device.copy_(host);
+          if (after) after();
+        });
+      } catch (const std::exception& e) {
+        detail::log(detail::LogLevel::Error, done.description(), ": copying the result into the output tensors failed: ",
+                    e.what());
+      }
+    });
+    return work;
+  }
+
+ private:
+  Buffer place(const at::Tensor& t, const char* what, bool read, bool written) {
+    Buffer b = to_buffer(t, what);
+    keep_.push_back(t);
+    if (!b.device.is_cuda() || !staged_) return b;
+    at::Tensor host = read ? t.to(at::kCPU) : at::empty(t.sizes(), t.options().device(at::kCPU));
+    keep_.push_back(host);
+    if (written) copies_.emplace_back(t, host);
+    return to_buffer(host, what);
+  }
+
+  detail::StreamContext stream_;
+  bool staged_;
+  std::vector<at::Tensor> keep_;
+  std::vector<std::pair<at::Tensor, at::Tensor>> copies_;  // (the op's tensor, its host copy)
+};
 
 void check_list(const std::vector<at::Tensor>& list, const at::Tensor& like, std::size_t expected, const char* what) {
   if (list.size() != expected) {
@@ -80,50 +136,69 @@ Buffer to_buffer(const at::Tensor& tensor, const char* what) {
                               "); pass tensor.contiguous() and copy the result back if you need it in place"));
   }
   Device device;
-  if (tensor.is_cuda()) device = Device{Device::Type::CUDA, tensor.get_device()};
+  if (tensor.is_cuda()) device = Device{Device::Type::CUDA, static_cast<int>(tensor.get_device())};
   else if (!tensor.is_cpu()) throw InvalidArgument(cat(what, " is on ", tensor.device(), "; ddp handles CPU and CUDA tensors"));
   return Buffer{tensor.data_ptr(), static_cast<std::size_t>(tensor.numel()), to_data_type(tensor.scalar_type()), device};
 }
 
 std::shared_ptr<Work> all_reduce_async(at::Tensor& tensor, ReduceOp op, const GroupPtr& group) {
-  return hold(resolve(group)->all_reduce(to_buffer(tensor), op), {tensor});
+  auto g = resolve(group);
+  OpTensors ts(*g, tensor);
+  Buffer b = ts.inout(tensor);
+  return ts.hold(g->all_reduce(ts.ready(b), op));
 }
 
 std::shared_ptr<Work> broadcast_async(at::Tensor& tensor, int src, const GroupPtr& group) {
-  return hold(resolve(group)->broadcast(to_buffer(tensor), src), {tensor});
+  auto g = resolve(group);
+  OpTensors ts(*g, tensor);
+  Buffer b = ts.inout(tensor);
+  return ts.hold(g->broadcast(ts.ready(b), src));
 }
 
 std::shared_ptr<Work> reduce_async(at::Tensor& tensor, int dst, ReduceOp op, const GroupPtr& group) {
-  return hold(resolve(group)->reduce(to_buffer(tensor), dst, op), {tensor});
+  auto g = resolve(group);
+  OpTensors ts(*g, tensor);
+  Buffer b = ts.inout(tensor);
+  return ts.hold(g->reduce(ts.ready(b), dst, op));
 }
 
 std::shared_ptr<Work> all_gather_async(std::vector<at::Tensor>& outputs, const at::Tensor& tensor, const GroupPtr& group) {
   auto g = resolve(group);
-  auto in = to_buffer(tensor);
+  OpTensors ts(*g, tensor);
+  Buffer in = ts.in(tensor);
   check_list(outputs, tensor, static_cast<std::size_t>(g->size()), "all_gather outputs");
   at::Tensor flat = at::empty({tensor.numel() * g->size()}, tensor.options());
-  auto work = g->all_gather(in, to_buffer(flat));
-  return hold(work, {tensor, flat}, [flat, outputs]() mutable { unflatten(flat, outputs); });
+  Buffer out = ts.out(flat);
+  auto work = g->all_gather(ts.ready(in), ts.ready(out));
+  return ts.hold(work, [flat, outputs]() mutable { unflatten(flat, outputs); });
 }
 
 std::shared_ptr<Work> all_gather_into_tensor_async(at::Tensor& output, const at::Tensor& input, const GroupPtr& group) {
   auto g = resolve(group);
-  return hold(g->all_gather(to_buffer(input, "input"), to_buffer(output, "output")), {output, input});
+  OpTensors ts(*g, input);
+  Buffer in = ts.in(input, "input");
+  Buffer out = ts.out(output, "output");
+  return ts.hold(g->all_gather(ts.ready(in), ts.ready(out)));
 }
 
 std::shared_ptr<Work> reduce_scatter_async(at::Tensor& output, const std::vector<at::Tensor>& inputs, ReduceOp op,
                                            const GroupPtr& group) {
   auto g = resolve(group);
-  auto out = to_buffer(output, "output");
+  OpTensors ts(*g, output);
+  Buffer out = ts.out(output, "output");
   check_list(inputs, output, static_cast<std::size_t>(g->size()), "reduce_scatter inputs");
   at::Tensor flat = flatten(inputs);
-  return hold(g->reduce_scatter(to_buffer(flat), out, op), {output, flat});
+  Buffer in = ts.in(flat);
+  return ts.hold(g->reduce_scatter(ts.ready(in), ts.ready(out), op));
 }
 
 std::shared_ptr<Work> reduce_scatter_tensor_async(at::Tensor& output, const at::Tensor& input, ReduceOp op,
                                                   const GroupPtr& group) {
   auto g = resolve(group);
-  return hold(g->reduce_scatter(to_buffer(input, "input"), to_buffer(output, "output"), op), {output, input});
+  OpTensors ts(*g, input);
+  Buffer in = ts.in(input, "input");
+  Buffer out = ts.out(output, "output");
+  return ts.hold(g->reduce_scatter(ts.ready(in), ts.ready(out), op));
 }
 
 std::shared_ptr<Work> all_to_all_async(std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& inputs,
@@ -133,58 +208,74 @@ std::shared_ptr<Work> all_to_all_async(std::vector<at::Tensor>& outputs, const s
   if (inputs.empty()) throw InvalidArgument(cat("all_to_all inputs is empty; it must hold ", n, " tensors"));
   check_list(inputs, inputs.front(), n, "all_to_all inputs");
   check_list(outputs, inputs.front(), n, "all_to_all outputs");
-  at::Tensor in = flatten(inputs);
-  at::Tensor out = at::empty_like(in);
-  auto work = g->all_to_all(to_buffer(in), to_buffer(out));
-  return hold(work, {in, out}, [out, outputs]() mutable { unflatten(out, outputs); });
+  OpTensors ts(*g, inputs.front());
+  at::Tensor flat_in = flatten(inputs);
+  at::Tensor flat_out = at::empty_like(flat_in);
+  Buffer in = ts.in(flat_in);
+  Buffer out = ts.out(flat_out);
+  auto work = g->all_to_all(ts.ready(in), ts.ready(out));
+  return ts.hold(work, [flat_out, outputs]() mutable { unflatten(flat_out, outputs); });
 }
 
 std::shared_ptr<Work> all_to_all_single_async(at::Tensor& output, const at::Tensor& input, const GroupPtr& group) {
   auto g = resolve(group);
-  return hold(g->all_to_all(to_buffer(input, "input"), to_buffer(output, "output")), {output, input});
+  OpTensors ts(*g, input);
+  Buffer in = ts.in(input, "input");
+  Buffer out = ts.out(output, "output");
+  return ts.hold(g->all_to_all(ts.ready(in), ts.ready(out)));
 }
 
 std::shared_ptr<Work> gather_async(const at::Tensor& tensor, std::vector<at::Tensor>& gather_list, int dst,
                                    const GroupPtr& group) {
   auto g = resolve(group);
-  auto in = to_buffer(tensor);
+  OpTensors ts(*g, tensor);
+  Buffer in = ts.in(tensor);
   if (g->rank() != dst) {
     if (!gather_list.empty()) {
       throw InvalidArgument(cat("gather: only the destination rank ", dst, " passes a gather_list; rank ", g->rank(),
                                 " passed ", gather_list.size(), " tensors"));
     }
-    return hold(g->gather(in, Buffer{nullptr, 0, in.dtype, in.device}, dst), {tensor});
+    return ts.hold(g->gather(ts.ready(in), Buffer{nullptr, 0, in.dtype, in.device}, dst));
   }
   check_list(gather_list, tensor, static_cast<std::size_t>(g->size()), "gather_list");
   at::Tensor flat = at::empty({tensor.numel() * g->size()}, tensor.options());
-  auto work = g->gather(in, to_buffer(flat), dst);
-  return hold(work, {tensor, flat}, [flat, gather_list]() mutable { unflatten(flat, gather_list); });
+  Buffer out = ts.out(flat);
+  auto work = g->gather(ts.ready(in), ts.ready(out), dst);
+  return ts.hold(work, [flat, gather_list]() mutable { unflatten(flat, gather_list); });
 }
 
 std::shared_ptr<Work> scatter_async(at::Tensor& tensor, const std::vector<at::Tensor>& scatter_list, int src,
                                     const GroupPtr& group) {
   auto g = resolve(group);
-  auto out = to_buffer(tensor);
+  OpTensors ts(*g, tensor);
+  Buffer out = ts.out(tensor);
   if (g->rank() != src) {
     if (!scatter_list.empty()) {
       throw InvalidArgument(cat("scatter: only the source rank ", src, " passes a scatter_list; rank ", g->rank(),
                                 " passed ", scatter_list.size(), " tensors"));
     }
-    return hold(g->scatter(Buffer{nullptr, 0, out.dtype, out.device}, out, src), {tensor});
+    return ts.hold(g->scatter(Buffer{nullptr, 0, out.dtype, out.device}, ts.ready(out), src));
   }
   check_list(scatter_list, tensor, static_cast<std::size_t>(g->size()), "scatter_list");
   at::Tensor flat = flatten(scatter_list);
-  return hold(g->scatter(to_buffer(flat), out, src), {tensor, flat});
+  Buffer in = ts.in(flat);
+  return ts.hold(g->scatter(ts.ready(in), ts.ready(out), src));
 }
 
 std::shared_ptr<Work> isend(const at::Tensor& tensor, int dst, const GroupPtr& group, int tag) {
   if (tag < 0) throw InvalidArgument(cat("send: tag ", tag, " is negative"));
-  return hold(resolve(group)->send(to_buffer(tensor), dst, static_cast<std::uint32_t>(tag)), {tensor});
+  auto g = resolve(group);
+  OpTensors ts(*g, tensor);
+  Buffer b = ts.in(tensor);
+  return ts.hold(g->send(ts.ready(b), dst, static_cast<std::uint32_t>(tag)));
 }
 
 std::shared_ptr<Work> irecv(at::Tensor& tensor, int src, const GroupPtr& group, int tag) {
   if (tag < 0) throw InvalidArgument(cat("recv: tag ", tag, " is negative"));
-  return hold(resolve(group)->recv(to_buffer(tensor), src, static_cast<std::uint32_t>(tag)), {tensor});
+  auto g = resolve(group);
+  OpTensors ts(*g, tensor);
+  Buffer b = ts.out(tensor);
+  return ts.hold(g->recv(ts.ready(b), src, static_cast<std::uint32_t>(tag)));
 }
 
 // The blocking forms.

@@ -5,10 +5,18 @@
 //   ...; work->wait();
 //
 // Tensors must be contiguous, of a supported dtype (float32, float64, float16, bfloat16, int8,
-// uint8, int32, int64) and on a device the group's backend accepts (gloo: CPU). Lists must hold
-// tensors of one dtype, device and size. Violations throw ddp::InvalidArgument before anything
-// is sent. `group` null means the default group. An async form keeps its tensors alive until its
-// Work completes; read the results only after wait().
+// uint8, int32, int64), on the CPU or a CUDA device. Lists must hold tensors of one dtype, device
+// and size. Violations throw ddp::InvalidArgument before anything is sent. `group` null means the
+// default group. An async form keeps its tensors alive until its Work completes; read the
+// results only after wait().
+//
+// CUDA tensors (docs/NCCL.md). On nccl they must be on this rank's GPU; the op runs on nccl's
+// stream after the work queued on the current stream when it was issued, and completes when the
+// GPU work is done. Copies that follow it (into the tensors of a list, or back from host memory)
+// are queued on the stream that was current at issue: after wait(), use the results on that
+// stream (as PyTorch's Work::wait() promises for the current stream), or synchronize it. On gloo
+// CUDA tensors are staged through host memory (copied to the host as the op is issued): slower,
+// but it lets several ranks share one GPU.
 #pragma once
 
 #include <ATen/core/Tensor.h>

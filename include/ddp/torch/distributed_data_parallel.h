@@ -67,6 +67,10 @@ class DDPCore {
   void register_comm_hook(CommHook hook);
   const std::shared_ptr<ProcessGroup>& process_group() const;
   const DDPOptions& options() const;
+  // Where forward's tensor arguments go (device_ids[0]) and its tensor outputs (output_device);
+  // nullopt: where they are.
+  std::optional<at::Device> input_device() const;
+  std::optional<at::Device> output_device() const;
   // The current bucket plan (parameter indices in registration order, per bucket).
   std::vector<std::vector<std::size_t>> bucket_plan() const;
 
@@ -74,6 +78,36 @@ class DDPCore {
   class Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// A forward argument on its way to the module: a tensor moved to `device` (kept here, passed on
+// with the argument's own reference type), anything else passed through untouched.
+template <typename T>
+struct Placed {
+  Placed(T&& value, const std::optional<at::Device>&) : ref(std::forward<T>(value)) {}
+  T&& get() { return std::forward<T>(ref); }
+  T&& ref;
+};
+template <typename T>
+  requires std::is_same_v<std::remove_cvref_t<T>, at::Tensor>
+struct Placed<T> {
+  Placed(T&& value, const std::optional<at::Device>& device)
+      : moved(device && value.defined() && value.device() != *device ? value.to(*device) : at::Tensor(value)) {}
+  T&& get() { return static_cast<T&&>(moved); }
+  at::Tensor moved;
+};
+
+// Moves the tensors inside a forward's output (a tensor, or vectors/tuples/pairs of them) to `device`.
+template <typename T>
+void move_tensors(T& value, const at::Device& device) {
+  using V = std::decay_t<T>;
+  if constexpr (std::is_same_v<V, at::Tensor>) {
+    if (value.defined() && value.device() != device) value = value.to(device);
+  } else if constexpr (std::is_same_v<V, std::vector<at::Tensor>>) {
+    for (auto& t : value) move_tensors(t, device);
+  } else if constexpr (requires { std::tuple_size<V>::value; }) {
+    std::apply([&](auto&... items) { (move_tensors(items, device), ...); }, value);
+  }
+}
 
 // The tensors inside a forward's output (a tensor, or vectors/tuples/pairs of them), which tell
 // find_unused_parameters what the graph reaches.
@@ -119,14 +153,18 @@ class DistributedDataParallelImpl : public torch::nn::Module {
         core_(std::make_unique<detail::DDPCore>(*module_, std::move(options))) {}
 
   // Runs the wrapped module's forward with these arguments, around DDP's per-iteration work
-  // (buffer broadcast before; finding unused parameters after).
+  // (buffer broadcast before; finding unused parameters after). With device_ids, tensor
+  // arguments are moved to that device first; with output_device, tensor outputs are moved there.
   template <typename... Args>
   auto forward(Args&&... args) {
     core_->pre_forward();
-    auto output = module_->forward(std::forward<Args>(args)...);
+    const auto device = core_->input_device();
+    auto call = [&](auto&&... placed) { return module_->forward(placed.get()...); };
+    auto output = call(detail::Placed<Args>(std::forward<Args>(args), device)...);
     std::vector<at::Tensor> tensors;
     detail::collect_tensors(output, tensors);
     core_->post_forward(tensors);
+    if (const auto out = core_->output_device()) detail::move_tensors(output, *out);
     return output;
   }
 

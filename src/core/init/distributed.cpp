@@ -121,6 +121,7 @@ void init_process_group(const std::string& backend_name, InitOptions options) {
     }
     std::string backend = backend_name;
     if (backend.empty()) backend = detail::cuda_available() ? "nccl" : "gloo";
+    if (backend == "nccl") detail::check_nccl_usable();
 
     std::shared_ptr<Store> store = options.store;
     std::string master_addr = env.master_addr;

@@ -33,27 +33,30 @@ std::vector<std::string> split_lines(const std::string& text) {
 
 }  // namespace
 
-void check_same_parameters(ProcessGroup& group, const std::vector<std::string>& names,
+void check_same_parameters(const std::shared_ptr<ProcessGroup>& group, const std::vector<std::string>& names,
                            const std::vector<at::Tensor>& params) {
-  if (group.size() == 1) return;
+  if (group->size() == 1) return;
+  const at::Device device = params.empty() ? at::Device(at::kCPU) : params.front().device();
   std::string mine;
   for (std::size_t i = 0; i < params.size(); ++i) mine += describe(names[i], params[i]) + "\n";
   // Cheap first: do the hashes agree? (MIN == MAX over the ranks)
   const auto h = static_cast<std::int64_t>(fnv1a(mine) >> 1);
-  at::Tensor lo = at::full({1}, h, at::kLong), hi = lo.clone();
-  group.all_reduce(to_buffer(lo), ReduceOp::MIN)->wait();
-  group.all_reduce(to_buffer(hi), ReduceOp::MAX)->wait();
+  at::Tensor lo = at::full({1}, h, at::kLong).to(device), hi = lo.clone();
+  all_reduce(lo, ReduceOp::MIN, group);
+  all_reduce(hi, ReduceOp::MAX, group);
   if (lo.item<std::int64_t>() == hi.item<std::int64_t>()) return;
   // They differ: gather every rank's description to say where.
-  at::Tensor length = at::full({1}, static_cast<std::int64_t>(mine.size()), at::kLong);
-  group.all_reduce(to_buffer(length), ReduceOp::MAX)->wait();
+  at::Tensor length = at::full({1}, static_cast<std::int64_t>(mine.size()), at::kLong).to(device);
+  all_reduce(length, ReduceOp::MAX, group);
   const auto longest = length.item<std::int64_t>();
   at::Tensor padded = at::zeros({longest}, at::kByte);
   std::memcpy(padded.data_ptr(), mine.data(), mine.size());
-  at::Tensor all = at::empty({longest * group.size()}, at::kByte);
-  group.all_gather(to_buffer(padded), to_buffer(all))->wait();
+  padded = padded.to(device);
+  at::Tensor all = at::empty({longest * group->size()}, padded.options());
+  all_gather_into_tensor(all, padded, group);
+  all = all.cpu();
   std::vector<std::vector<std::string>> per_rank;
-  for (int r = 0; r < group.size(); ++r) {
+  for (int r = 0; r < group->size(); ++r) {
     const char* start = static_cast<const char*>(all.data_ptr()) + r * longest;
     per_rank.push_back(split_lines(std::string(start, strnlen(start, static_cast<std::size_t>(longest)))));
   }
@@ -64,7 +67,7 @@ void check_same_parameters(ProcessGroup& group, const std::vector<std::string>& 
     for (const auto& lines : per_rank) same = same && i < lines.size() && lines[i] == per_rank[0][i];
     if (same) continue;
     std::vector<std::string> where;
-    for (int r = 0; r < group.size(); ++r) {
+    for (int r = 0; r < group->size(); ++r) {
       where.push_back(cat("rank ", r, ": ", i < per_rank[r].size() ? per_rank[r][i] : "(no such parameter: it has " +
                                                                                    std::to_string(per_rank[r].size()) +
                                                                                    " parameters)"));
@@ -76,8 +79,8 @@ void check_same_parameters(ProcessGroup& group, const std::vector<std::string>& 
   }
 }
 
-void broadcast_coalesced(ProcessGroup& group, const std::vector<at::Tensor>& tensors, int root) {
-  if (group.size() == 1 || tensors.empty()) return;
+void broadcast_coalesced(const std::shared_ptr<ProcessGroup>& group, const std::vector<at::Tensor>& tensors, int root) {
+  if (group->size() == 1 || tensors.empty()) return;
   std::map<std::pair<int, int>, std::vector<at::Tensor>> groups;  // (dtype, device) in first-seen order below
   std::vector<std::pair<int, int>> keys;
   for (const auto& t : tensors) {
@@ -90,7 +93,7 @@ void broadcast_coalesced(ProcessGroup& group, const std::vector<at::Tensor>& ten
     std::vector<at::Tensor> flat;
     for (const auto& t : members) flat.push_back(t.detach().reshape({-1}));
     at::Tensor buffer = at::cat(flat);
-    group.broadcast(to_buffer(buffer), root)->wait();
+    broadcast(buffer, root, group);
     std::int64_t offset = 0;
     for (auto& t : members) {
       t.detach().copy_(buffer.narrow(0, offset, t.numel()).view(t.sizes()));

@@ -8,6 +8,7 @@
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
+#include <torch/cuda.h>
 
 #include <atomic>
 #include <unordered_set>
@@ -55,11 +56,11 @@ class DDPCore::Impl {
     }
     collect(module);
     check_devices();
-    check_same_parameters(*group_, names_, params_);
+    check_same_parameters(group_, names_, params_);
     if (options_.init_sync) {
       std::vector<at::Tensor> state = params_;
       state.insert(state.end(), buffers_.begin(), buffers_.end());
-      broadcast_coalesced(*group_, state, 0);
+      broadcast_coalesced(group_, state, 0);
     }
     for (const auto& p : params_) {
       specs_.push_back({static_cast<std::size_t>(p.numel()) * p.element_size(), group_of(p)});
@@ -80,7 +81,7 @@ class DDPCore::Impl {
     forward_start_ = Clock::now();
     refresh_hooks();
     if (options_.broadcast_buffers && !no_sync_ && world_ > 1 && !buffers_.empty()) {
-      broadcast_coalesced(*group_, buffers_, 0);
+      broadcast_coalesced(group_, buffers_, 0);
     }
   }
 
@@ -132,6 +133,17 @@ class DDPCore::Impl {
 
   const std::shared_ptr<ProcessGroup>& process_group() const { return group_; }
   const DDPOptions& options() const { return options_; }
+  // device_ids[0], where the forward's tensor arguments are moved (as PyTorch does); none: left as they are.
+  std::optional<at::Device> input_device() const {
+    if (options_.device_ids.empty()) return std::nullopt;
+    return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(options_.device_ids[0]));
+  }
+  // output_device, where the forward's tensors are moved when it is not the module's device.
+  std::optional<at::Device> output_device() const {
+    if (!options_.output_device) return std::nullopt;
+    return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(*options_.output_device));
+  }
+
   BucketPlan bucket_plan() const {
     BucketPlan plan;
     for (const auto& b : buckets_) plan.push_back(b.params);
@@ -190,6 +202,11 @@ class DDPCore::Impl {
         (options_.device_ids.size() != 1 || options_.device_ids[0] != device.index())) {
       throw InvalidArgument(cat("DistributedDataParallel: device_ids must name the one device the module is on (cuda:",
                                 static_cast<int>(device.index()), "), e.g. {.device_ids = {local_rank}}"));
+    }
+    if (options_.output_device && (*options_.output_device < 0 ||
+                                   *options_.output_device >= static_cast<int>(torch::cuda::device_count()))) {
+      throw InvalidArgument(cat("DistributedDataParallel: output_device ", *options_.output_device,
+                                " is not a CUDA device of this process (it sees ", torch::cuda::device_count(), ")"));
     }
   }
 
@@ -314,6 +331,9 @@ class DDPCore::Impl {
   // A group of one with the default hook: the average of one gradient is itself.
   bool skip_communication() const { return world_ == 1 && !hook_; }
 
+  // The module's device: where the small tensors DDP exchanges live (nccl takes CUDA tensors only).
+  at::Device device() const { return params_.front().device(); }
+
   // End of backward (queued on the autograd engine): every bucket launched, waited for, written back.
   void finalize() {
     in_backward_ = false;
@@ -338,8 +358,10 @@ class DDPCore::Impl {
     }
     std::vector<std::uint8_t> globally_used;
     if (options_.find_unused_parameters && !skip_communication()) {
-      at::Tensor used = at::from_blob(used_.data(), {static_cast<std::int64_t>(used_.size())}, at::kByte).clone();
+      at::Tensor used = at::from_blob(used_.data(), {static_cast<std::int64_t>(used_.size())}, at::kByte)
+                            .to(device(), /*non_blocking=*/false, /*copy=*/true);
       all_reduce(used, ReduceOp::MAX, group_);
+      used = used.cpu();
       globally_used.assign(used.data_ptr<std::uint8_t>(), used.data_ptr<std::uint8_t>() + used.numel());
     }
     const auto wait_start = Clock::now();
@@ -392,7 +414,9 @@ class DDPCore::Impl {
     const auto& seen = readiness_->ready_order();
     at::Tensor order = at::full({static_cast<std::int64_t>(params_.size())}, -1, at::kLong);
     for (std::size_t i = 0; i < seen.size(); ++i) order[static_cast<std::int64_t>(i)] = static_cast<std::int64_t>(seen[i]);
+    order = order.to(device());  // nccl takes CUDA tensors only
     broadcast(order, 0, group_);
+    order = order.cpu();
     std::vector<std::size_t> rank0_order;
     std::vector<bool> listed(params_.size());
     for (std::int64_t i = 0; i < order.numel(); ++i) {
@@ -454,6 +478,8 @@ bool DDPCore::no_sync() const { return impl_->no_sync(); }
 void DDPCore::register_comm_hook(CommHook hook) { impl_->register_comm_hook(std::move(hook)); }
 const std::shared_ptr<ProcessGroup>& DDPCore::process_group() const { return impl_->process_group(); }
 const DDPOptions& DDPCore::options() const { return impl_->options(); }
+std::optional<at::Device> DDPCore::input_device() const { return impl_->input_device(); }
+std::optional<at::Device> DDPCore::output_device() const { return impl_->output_device(); }
 std::vector<std::vector<std::size_t>> DDPCore::bucket_plan() const { return impl_->bucket_plan(); }
 
 }  // namespace ddp::detail

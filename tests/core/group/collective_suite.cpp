@@ -14,14 +14,33 @@ namespace {
 const DataType kTypes[] = {DataType::Float32, DataType::Float64, DataType::Float16, DataType::BFloat16,
                            DataType::Int8,    DataType::UInt8,   DataType::Int32,   DataType::Int64};
 
+DeviceMemory* memory = nullptr;  // where buffers live during the suite (null: host memory)
+bool bitwise = true;
+
 // A typed array held as bytes, read and written through doubles (all test values are small
-// integers, exact in every type).
+// integers, exact in every type). With a DeviceMemory, buffer() hands the op a device copy and
+// the next get() reads the device's result back.
 class Values {
  public:
   Values(DataType dtype, std::size_t count) : dtype_(dtype), count_(count), bytes_(count * element_size(dtype) + 1) {}
-  Buffer buffer() { return Buffer{bytes_.data(), count_, dtype_}; }
+  ~Values() {
+    if (device_.data) memory->release(device_);
+  }
+  Values(const Values&) = delete;
+  Values& operator=(const Values&) = delete;
+  Buffer buffer() {
+    if (!memory) return Buffer{bytes_.data(), count_, dtype_};
+    if (!device_.data) device_ = memory->allocate(bytes_.size(), dtype_, count_);
+    memory->upload(device_, bytes_.data());
+    on_device_ = true;
+    return device_;
+  }
   std::size_t size() const { return count_; }
   double get(std::size_t i) const {
+    if (on_device_) {
+      memory->download(const_cast<unsigned char*>(bytes_.data()), device_);
+      on_device_ = false;
+    }
     const unsigned char* p = bytes_.data() + i * element_size(dtype_);
     switch (dtype_) {
       case DataType::Float32: return load<float>(p);
@@ -63,6 +82,8 @@ class Values {
   DataType dtype_;
   std::size_t count_;
   std::vector<unsigned char> bytes_;
+  Buffer device_;
+  mutable bool on_device_ = false;
 };
 
 bool is_unsigned(DataType t) { return t == DataType::UInt8; }
@@ -105,7 +126,7 @@ double reduced(int world, std::size_t i, DataType t, ReduceOp op) {
 
 std::vector<ReduceOp> ops_for(DataType t) {
   std::vector<ReduceOp> ops = {ReduceOp::SUM, ReduceOp::AVG, ReduceOp::PRODUCT, ReduceOp::MIN, ReduceOp::MAX};
-  if (!is_floating_point(t)) {
+  if (!is_floating_point(t) && bitwise) {
     ops.insert(ops.end(), {ReduceOp::BAND, ReduceOp::BOR, ReduceOp::BXOR});
   }
   return ops;
@@ -206,6 +227,8 @@ void run_sized(ProcessGroup& g, DataType t, std::size_t n, bool all_reduce_ops) 
 }  // namespace
 
 void run_collective_suite(ProcessGroup& group, const SuiteOptions& options) {
+  memory = options.memory;
+  bitwise = options.bitwise;
   for (DataType t : kTypes) {
     for (std::size_t n : options.sizes) run_sized(group, t, n, true);
   }

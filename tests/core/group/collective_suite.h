@@ -11,9 +11,23 @@
 
 namespace ddp::test {
 
+// Where the suite's buffers live when not in host memory (the nccl tests put them on a GPU).
+// The suite fills and checks host arrays; it copies each one to the device before the op that
+// uses it, and back before looking at the result.
+class DeviceMemory {
+ public:
+  virtual ~DeviceMemory() = default;
+  virtual Buffer allocate(std::size_t bytes, DataType dtype, std::size_t count) = 0;
+  virtual void release(const Buffer& buffer) = 0;
+  virtual void upload(const Buffer& device, const void* host) = 0;
+  virtual void download(void* host, const Buffer& device) = 0;
+};
+
 struct SuiteOptions {
   std::vector<std::size_t> sizes = {0, 1, 13, 1009};  // elements per rank
   std::size_t large_bytes = 16u << 20;                // one run of every op at this size (float32); 0: skip
+  DeviceMemory* memory = nullptr;                     // null: host memory
+  bool bitwise = true;                                // also BAND, BOR, BXOR on integers
 };
 
 // Runs the suite on `group`; reports mismatches with gtest's EXPECT (on this rank).

@@ -1,0 +1,177 @@
+#include "shm/host_collectives.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "shm/kernels.h"
+
+namespace ddp::detail::shm {
+namespace {
+
+// More ranks on this host than CPUs this process may run on.
+bool oversubscribed(int ranks) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) return false;
+  return ranks > CPU_COUNT(&set);
+}
+
+std::size_t ceil_div(std::size_t a, std::size_t b) { return (a + b - 1) / b; }
+
+void copy(void* dst, const void* src, std::size_t bytes) {
+  if (bytes > 0 && dst != src) std::memcpy(dst, src, bytes);
+}
+
+}  // namespace
+
+HostCollectives::HostCollectives(Segment segment, const Layout& layout, int me, std::vector<int> names, PeerWatch watch,
+                                 const Tuning& tuning)
+    : segment_(std::move(segment)),
+      layout_(layout),
+      sync_(segment_.data(), layout_, me, std::move(names), std::move(watch), tuning.spin, oversubscribed(layout.ranks)),
+      small_bytes_(tuning.small_bytes),
+      srcs_(static_cast<std::size_t>(layout.ranks)) {}
+
+void HostCollectives::all_reduce(Buffer data, ReduceOp op, Deadline deadline) {
+  reduce_to(data, op, -1, deadline, "all_reduce");
+}
+
+void HostCollectives::reduce(Buffer data, ReduceOp op, int root, Deadline deadline) {
+  reduce_to(data, op, root, deadline, "reduce");
+}
+
+void HostCollectives::reduce_to(Buffer data, ReduceOp op, int root, Deadline deadline, const char* what) {
+  const int n = size(), me = rank();
+  const std::size_t e = element_size(data.dtype), count = data.count;
+  char* base = static_cast<char*>(data.data);
+  const bool gets_result = root < 0 || root == me;
+
+  if (count * e <= layout_.slot_bytes && count * e * static_cast<std::size_t>(n - 1) <= small_bytes_) {
+    // One step: everyone's whole buffer, reduced where needed.
+    const std::uint32_t s = sync_.next_step();
+    sync_.ready_to_write(s, deadline, what);
+    copy(slot(me, s), base, count * e);
+    sync_.publish(s);
+    if (!gets_result) return;
+    sync_.wait_all(s, deadline, what);
+    for (int p = 0; p < n; ++p) srcs_[p] = p == me ? base : slot(p, s);
+    shm::reduce(base, nullptr, srcs_.data(), n, count, data.dtype, op);
+    return;
+  }
+
+  // Shares of whole 64-byte lines, one per rank (the last ones may be short or empty).
+  const std::size_t align = std::max<std::size_t>(1, 64 / e);
+  const std::size_t share = ceil_div(ceil_div(count, static_cast<std::size_t>(n)), align) * align;
+  const std::size_t per_chunk = layout_.chunk / e;
+  const std::size_t rounds = ceil_div(share, per_chunk);
+  // Round j's piece of share q: [begin, begin + length) in elements.
+  auto piece = [&](int q, std::size_t j, std::size_t& length) {
+    const std::size_t share_begin = std::min(count, static_cast<std::size_t>(q) * share);
+    const std::size_t share_end = std::min(count, share_begin + share);
+    const std::size_t begin = std::min(share_end, share_begin + j * per_chunk);
+    length = std::min(share_end, begin + per_chunk) - begin;
+    return begin;
+  };
+
+  for (std::size_t j = 0; j < rounds; ++j) {
+    // Step A: the other shares' chunks in; this share's chunk reduced from everyone's.
+    const std::uint32_t a = sync_.next_step();
+    sync_.ready_to_write(a, deadline, what);
+    char* mine = slot(me, a);
+    for (int q = 0; q < n; ++q) {
+      if (q == me) continue;
+      std::size_t length;
+      const std::size_t begin = piece(q, j, length);
+      copy(mine + q * layout_.chunk, base + begin * e, length * e);
+    }
+    sync_.publish(a);
+    sync_.wait_all(a, deadline, what);
+    std::size_t length;
+    const std::size_t begin = piece(me, j, length);
+    for (int p = 0; p < n; ++p) srcs_[p] = p == me ? base + begin * e : slot(p, a) + me * layout_.chunk;
+    // Step B: the reduced chunk goes out through this rank's other buffer (everyone is past step
+    // A - 1, so that buffer is free) and, where this rank keeps the result, into its own data.
+    const std::uint32_t b = sync_.next_step();
+    char* out = (root < 0 || root != me) ? slot(me, b) + me * layout_.chunk : nullptr;
+    if (length > 0) shm::reduce(gets_result ? base + begin * e : nullptr, out, srcs_.data(), n, length, data.dtype, op);
+    sync_.publish(b);
+    if (!gets_result) continue;
+    sync_.wait_all(b, deadline, what);
+    for (int q = 0; q < n; ++q) {
+      if (q == me) continue;
+      std::size_t len;
+      const std::size_t at = piece(q, j, len);
+      copy(base + at * e, slot(q, b) + q * layout_.chunk, len * e);
+    }
+  }
+}
+
+void HostCollectives::reduce_scatter(Buffer input, Buffer output, ReduceOp op, Deadline deadline) {
+  const int n = size(), me = rank();
+  const std::size_t e = element_size(input.dtype), count = output.count;
+  const char* in = static_cast<const char*>(input.data);
+  char* out = static_cast<char*>(output.data);
+  const std::size_t per_chunk = layout_.chunk / e;
+  const std::size_t rounds = ceil_div(count, per_chunk);
+  for (std::size_t j = 0; j < rounds; ++j) {
+    const std::size_t begin = j * per_chunk, length = std::min(per_chunk, count - begin);
+    const std::uint32_t s = sync_.next_step();
+    sync_.ready_to_write(s, deadline, "reduce_scatter");
+    char* mine = slot(me, s);
+    for (int q = 0; q < n; ++q) {
+      if (q != me) copy(mine + q * layout_.chunk, in + (q * count + begin) * e, length * e);
+    }
+    sync_.publish(s);
+    sync_.wait_all(s, deadline, "reduce_scatter");
+    for (int p = 0; p < n; ++p) srcs_[p] = p == me ? in + (me * count + begin) * e : slot(p, s) + me * layout_.chunk;
+    shm::reduce(out + begin * e, nullptr, srcs_.data(), n, length, input.dtype, op);
+  }
+}
+
+void HostCollectives::broadcast(Buffer data, int root, Deadline deadline) {
+  const int me = rank();
+  const std::size_t bytes = data.bytes(), per = layout_.slot_bytes;
+  char* base = static_cast<char*>(data.data);
+  for (std::size_t off = 0; off < bytes; off += per) {
+    const std::size_t length = std::min(per, bytes - off);
+    const std::uint32_t s = sync_.next_step();
+    if (me == root) {
+      sync_.ready_to_write(s, deadline, "broadcast");
+      copy(slot(me, s), base + off, length);
+      sync_.publish(s);
+    } else {
+      sync_.wait_for(root, s, deadline, "broadcast");
+      copy(base + off, slot(root, s), length);
+      sync_.publish(s);
+    }
+  }
+}
+
+void HostCollectives::all_gather(Buffer input, Buffer output, Deadline deadline) {
+  const int n = size(), me = rank();
+  const std::size_t bytes = input.bytes(), per = layout_.slot_bytes;
+  const char* in = static_cast<const char*>(input.data);
+  char* out = static_cast<char*>(output.data);
+  for (std::size_t off = 0; off < bytes; off += per) {
+    const std::size_t length = std::min(per, bytes - off);
+    const std::uint32_t s = sync_.next_step();
+    sync_.ready_to_write(s, deadline, "all_gather");
+    copy(slot(me, s), in + off, length);
+    sync_.publish(s);
+    copy(out + me * bytes + off, in + off, length);  // nothing when gathering in place
+    sync_.wait_all(s, deadline, "all_gather");
+    for (int p = 0; p < n; ++p) {
+      if (p != me) copy(out + p * bytes + off, slot(p, s), length);
+    }
+  }
+}
+
+void HostCollectives::barrier(Deadline deadline) {
+  const std::uint32_t s = sync_.next_step();
+  sync_.publish(s);
+  sync_.wait_all(s, deadline, "barrier");
+}
+
+}  // namespace ddp::detail::shm

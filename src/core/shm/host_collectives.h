@@ -1,0 +1,66 @@
+// The collectives of the ranks on one host, through their shared segment (layout.h) with the step
+// protocol of sync.h. Every op is a fixed sequence of steps computed from its arguments alone, so
+// ranks that call the same op take the same steps.
+//
+//   all_reduce, reduce  small (Tuning::small_bytes): one step, every rank copies its buffer in and
+//                       reduces all of them (reduce: the root only). Larger: the buffer is cut in
+//                       one share per rank; per round of one chunk per share, step A copies the
+//                       other ranks' chunks in and each rank reduces its own share's chunk from
+//                       everyone's buffers straight into its output and its slot; step B copies
+//                       the other shares' results out (reduce: to the root only).
+//   reduce_scatter      step A of the above, rank r's share being its output.
+//   broadcast           the root copies a slot-sized piece in per step, the others copy it out.
+//   all_gather          every rank copies a piece of its input in per step, and everyone's out.
+//   barrier             one step without data.
+//
+// Buffers alternate per step, so a rank runs up to one step ahead of the slowest one.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+#include "ddp/types.h"
+#include "shm/layout.h"
+#include "shm/segment.h"
+#include "shm/sync.h"
+#include "shm/tuning.h"
+
+namespace ddp::detail::shm {
+
+class HostCollectives {
+ public:
+  using Deadline = std::chrono::steady_clock::time_point;
+
+  // `me`: this rank's index on the host; `names[i]`: the group rank of index i.
+  HostCollectives(Segment segment, const Layout& layout, int me, std::vector<int> names, PeerWatch watch,
+                  const Tuning& tuning);
+
+  int rank() const { return sync_.me(); }
+  int size() const { return layout_.ranks; }
+  // The creator's descriptor is no longer needed once every peer has mapped the segment.
+  void close_descriptor() { segment_.close_fd(); }
+
+  void all_reduce(Buffer data, ReduceOp op, Deadline deadline);
+  // `root` is an index on this host. Other ranks' data is left as it was.
+  void reduce(Buffer data, ReduceOp op, int root, Deadline deadline);
+  void reduce_scatter(Buffer input, Buffer output, ReduceOp op, Deadline deadline);
+  void broadcast(Buffer data, int root, Deadline deadline);
+  void all_gather(Buffer input, Buffer output, Deadline deadline);
+  void barrier(Deadline deadline);
+
+  // Wakes and fails every peer's current and later waits (see Sync::abort).
+  void abort() noexcept { sync_.abort(); }
+
+ private:
+  void reduce_to(Buffer data, ReduceOp op, int root, Deadline deadline, const char* what);  // root -1: every rank
+  char* slot(int rank, std::uint32_t step) const { return layout_.slot(segment_.data(), rank, step & 1); }
+
+  Segment segment_;
+  Layout layout_;
+  Sync sync_;
+  std::size_t small_bytes_;
+  std::vector<const void*> srcs_;  // scratch: one source per rank
+};
+
+}  // namespace ddp::detail::shm

@@ -1,0 +1,218 @@
+#include "shm/kernels.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "reduce/half.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace ddp::detail::shm {
+namespace {
+
+// Elements per block: the accumulator and one widened source stay in L1.
+constexpr std::size_t kBlock = 1024;
+
+template <typename A>
+struct Sum {
+  A operator()(A x, A y) const { return static_cast<A>(x + y); }
+};
+template <typename A>
+struct Product {
+  A operator()(A x, A y) const { return static_cast<A>(x * y); }
+};
+template <typename A>
+struct Min {
+  A operator()(A x, A y) const { return y < x ? y : x; }  // std::min(x, y)
+};
+template <typename A>
+struct Max {
+  A operator()(A x, A y) const { return x < y ? y : x; }  // std::max(x, y)
+};
+template <typename A>
+struct And {
+  A operator()(A x, A y) const { return static_cast<A>(x & y); }
+};
+template <typename A>
+struct Or {
+  A operator()(A x, A y) const { return static_cast<A>(x | y); }
+};
+template <typename A>
+struct Xor {
+  A operator()(A x, A y) const { return static_cast<A>(x ^ y); }
+};
+
+template <typename A, typename F>
+void fold(A* __restrict acc, const A* __restrict src, std::size_t m, F f) {
+  for (std::size_t i = 0; i < m; ++i) acc[i] = f(acc[i], src[i]);
+}
+
+template <typename A>
+void divide(A* acc, std::size_t m, int n) {
+  if constexpr (std::is_floating_point_v<A>) {
+    const A d = static_cast<A>(n);
+    for (std::size_t i = 0; i < m; ++i) acc[i] /= d;
+  } else {
+    const std::int64_t d = n;
+    for (std::size_t i = 0; i < m; ++i) acc[i] = static_cast<A>(acc[i] / d);
+  }
+}
+
+// ---- 16-bit floats <-> float32, a block at a time ----
+
+void widen_bf16(const std::uint16_t* __restrict in, float* __restrict out, std::size_t m) {
+  for (std::size_t i = 0; i < m; ++i) {
+    std::uint32_t bits = std::uint32_t{in[i]} << 16;
+    std::memcpy(&out[i], &bits, 4);
+  }
+}
+
+void narrow_bf16(const float* __restrict in, std::uint16_t* __restrict out, std::size_t m) {
+  for (std::size_t i = 0; i < m; ++i) {  // reduce/half.h's float_to_bf16, branch-free so it vectorizes
+    std::uint32_t bits;
+    std::memcpy(&bits, &in[i], 4);
+    const std::uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+    const std::uint32_t nan = (bits >> 16) | 0x40u;
+    out[i] = static_cast<std::uint16_t>((bits & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+  }
+}
+
+void widen_fp16_soft(const std::uint16_t* in, float* out, std::size_t m) {
+  for (std::size_t i = 0; i < m; ++i) out[i] = fp16_to_float(in[i]);
+}
+
+void narrow_fp16_soft(const float* in, std::uint16_t* out, std::size_t m) {
+  for (std::size_t i = 0; i < m; ++i) out[i] = float_to_fp16(in[i]);
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx,f16c"))) void widen_fp16_f16c(const std::uint16_t* in, float* out, std::size_t m) {
+  std::size_t i = 0;
+  for (; i + 8 <= m; i += 8) {
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i))));
+  }
+  widen_fp16_soft(in + i, out + i, m - i);
+}
+
+__attribute__((target("avx,f16c"))) void narrow_fp16_f16c(const float* in, std::uint16_t* out, std::size_t m) {
+  std::size_t i = 0;
+  for (; i + 8 <= m; i += 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  narrow_fp16_soft(in + i, out + i, m - i);
+}
+
+const bool kHasF16c = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+#endif
+
+void widen_fp16(const std::uint16_t* in, float* out, std::size_t m) {
+#if defined(__x86_64__)
+  if (kHasF16c) return widen_fp16_f16c(in, out, m);
+#endif
+  widen_fp16_soft(in, out, m);
+}
+
+void narrow_fp16(const float* in, std::uint16_t* out, std::size_t m) {
+#if defined(__x86_64__)
+  if (kHasF16c) return narrow_fp16_f16c(in, out, m);
+#endif
+  narrow_fp16_soft(in, out, m);
+}
+
+// ---- the kernels ----
+
+template <typename T, template <typename> class Op>
+void reduce_plain(void* dst, void* dst2, const void* const* srcs, int n, std::size_t count, bool avg) {
+  alignas(64) T acc[kBlock];
+  for (std::size_t start = 0; start < count; start += kBlock) {
+    const std::size_t m = std::min(kBlock, count - start);
+    std::memcpy(acc, static_cast<const T*>(srcs[0]) + start, m * sizeof(T));
+    for (int k = 1; k < n; ++k) fold(acc, static_cast<const T*>(srcs[k]) + start, m, Op<T>{});
+    if (avg) divide(acc, m, n);
+    if (dst) std::memcpy(static_cast<T*>(dst) + start, acc, m * sizeof(T));
+    if (dst2) std::memcpy(static_cast<T*>(dst2) + start, acc, m * sizeof(T));
+  }
+}
+
+template <void (*Widen)(const std::uint16_t*, float*, std::size_t),
+          void (*Narrow)(const float*, std::uint16_t*, std::size_t), template <typename> class Op>
+void reduce_half(void* dst, void* dst2, const void* const* srcs, int n, std::size_t count, bool avg) {
+  alignas(64) float acc[kBlock];
+  alignas(64) float wide[kBlock];
+  alignas(64) std::uint16_t out[kBlock];
+  for (std::size_t start = 0; start < count; start += kBlock) {
+    const std::size_t m = std::min(kBlock, count - start);
+    Widen(static_cast<const std::uint16_t*>(srcs[0]) + start, acc, m);
+    for (int k = 1; k < n; ++k) {
+      Widen(static_cast<const std::uint16_t*>(srcs[k]) + start, wide, m);
+      fold(acc, wide, m, Op<float>{});
+    }
+    if (avg) divide(acc, m, n);
+    Narrow(acc, out, m);
+    if (dst) std::memcpy(static_cast<std::uint16_t*>(dst) + start, out, m * 2);
+    if (dst2) std::memcpy(static_cast<std::uint16_t*>(dst2) + start, out, m * 2);
+  }
+}
+
+using Kernel = void (*)(void*, void*, const void* const*, int, std::size_t, bool);
+
+template <typename T>
+Kernel pick_plain(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::SUM:
+    case ReduceOp::AVG: return reduce_plain<T, Sum>;
+    case ReduceOp::PRODUCT: return reduce_plain<T, Product>;
+    case ReduceOp::MIN: return reduce_plain<T, Min>;
+    case ReduceOp::MAX: return reduce_plain<T, Max>;
+    case ReduceOp::BAND:
+      if constexpr (std::is_integral_v<T>) return reduce_plain<T, And>;
+      break;
+    case ReduceOp::BOR:
+      if constexpr (std::is_integral_v<T>) return reduce_plain<T, Or>;
+      break;
+    case ReduceOp::BXOR:
+      if constexpr (std::is_integral_v<T>) return reduce_plain<T, Xor>;
+      break;
+  }
+  return nullptr;
+}
+
+template <void (*Widen)(const std::uint16_t*, float*, std::size_t),
+          void (*Narrow)(const float*, std::uint16_t*, std::size_t)>
+Kernel pick_half(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::SUM:
+    case ReduceOp::AVG: return reduce_half<Widen, Narrow, Sum>;
+    case ReduceOp::PRODUCT: return reduce_half<Widen, Narrow, Product>;
+    case ReduceOp::MIN: return reduce_half<Widen, Narrow, Min>;
+    case ReduceOp::MAX: return reduce_half<Widen, Narrow, Max>;
+    default: return nullptr;
+  }
+}
+
+Kernel pick(DataType dtype, ReduceOp op) {
+  switch (dtype) {
+    case DataType::Float32: return pick_plain<float>(op);
+    case DataType::Float64: return pick_plain<double>(op);
+    case DataType::Float16: return pick_half<widen_fp16, narrow_fp16>(op);
+    case DataType::BFloat16: return pick_half<widen_bf16, narrow_bf16>(op);
+    case DataType::Int8: return pick_plain<std::int8_t>(op);
+    case DataType::UInt8: return pick_plain<std::uint8_t>(op);
+    case DataType::Int32: return pick_plain<std::int32_t>(op);
+    case DataType::Int64: return pick_plain<std::int64_t>(op);
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+void reduce(void* dst, void* dst2, const void* const* srcs, int n, std::size_t count, DataType dtype, ReduceOp op) {
+  if (Kernel k = pick(dtype, op)) k(dst, dst2, srcs, n, count, op == ReduceOp::AVG);
+}
+
+}  // namespace ddp::detail::shm

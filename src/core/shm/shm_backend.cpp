@@ -1,0 +1,143 @@
+#include "shm/shm_backend.h"
+
+#include <unistd.h>
+
+#include "ddp/prefix_store.h"
+#include "ddp/store.h"
+#include "gloo/gloo_backend.h"
+#include "shm/host_collectives.h"
+#include "shm/rendezvous.h"
+#include "shm/topology.h"
+#include "shm/tuning.h"
+#include "util/log.h"
+#include "util/strings.h"
+
+namespace ddp::detail {
+namespace {
+
+using shm::HostCollectives;
+
+class ShmBackend final : public Backend {
+ public:
+  ShmBackend(int rank, int size, std::unique_ptr<Backend> gloo, std::unique_ptr<Backend> leaders,
+             std::unique_ptr<HostCollectives> host, bool single_host)
+      : rank_(rank),
+        size_(size),
+        gloo_(std::move(gloo)),
+        leaders_(std::move(leaders)),
+        host_(std::move(host)),
+        single_host_(single_host) {}
+
+  std::string_view name() const override { return "gloo"; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  bool accepts(const Device& device) const override { return device.is_cpu(); }
+
+  // On one host every reduction is native; across hosts, what the leaders' gloo can do.
+  bool supports(DataType dtype, ReduceOp op) const override { return single_host_ || gloo_->supports(dtype, op); }
+
+  void all_reduce(Buffer data, ReduceOp op, Deadline deadline) override {
+    if (single_host_) return host_->all_reduce(data, op, deadline);
+    if (host_) host_->reduce(data, op, 0, deadline);
+    if (leaders_) leaders_->all_reduce(data, op, deadline);
+    if (host_) host_->broadcast(data, 0, deadline);
+  }
+
+  void broadcast(Buffer data, int root, Deadline deadline) override {
+    if (single_host_) return host_->broadcast(data, root, deadline);
+    gloo_->broadcast(data, root, deadline);
+  }
+
+  void reduce(Buffer data, ReduceOp op, int root, Deadline deadline) override {
+    if (single_host_) return host_->reduce(data, op, root, deadline);
+    gloo_->reduce(data, op, root, deadline);
+  }
+
+  void all_gather(Buffer input, Buffer output, Deadline deadline) override {
+    if (single_host_) return host_->all_gather(input, output, deadline);
+    gloo_->all_gather(input, output, deadline);
+  }
+
+  void reduce_scatter(Buffer input, Buffer output, ReduceOp op, Deadline deadline) override {
+    if (single_host_) return host_->reduce_scatter(input, output, op, deadline);
+    gloo_->reduce_scatter(input, output, op, deadline);
+  }
+
+  void barrier(Deadline deadline) override {
+    if (single_host_) return host_->barrier(deadline);
+    gloo_->barrier(deadline);
+  }
+
+  void gather(Buffer input, Buffer output, int root, Deadline deadline) override {
+    gloo_->gather(input, output, root, deadline);
+  }
+  void scatter(Buffer input, Buffer output, int root, Deadline deadline) override {
+    gloo_->scatter(input, output, root, deadline);
+  }
+  void all_to_all(Buffer input, Buffer output, Deadline deadline) override { gloo_->all_to_all(input, output, deadline); }
+  Waiter post_send(Buffer data, int dst, std::uint32_t tag) override { return gloo_->post_send(data, dst, tag); }
+  Waiter post_recv(Buffer data, int src, std::uint32_t tag) override { return gloo_->post_recv(data, src, tag); }
+
+  void abort() noexcept override {
+    if (host_) host_->abort();
+    gloo_->abort();
+    if (leaders_) leaders_->abort();
+  }
+
+ private:
+  int rank_;
+  int size_;
+  std::unique_ptr<Backend> gloo_;     // the whole group
+  std::unique_ptr<Backend> leaders_;  // one rank per host, on host leaders only (several hosts)
+  std::unique_ptr<HostCollectives> host_;  // this host's ranks (when more than one)
+  bool single_host_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(const BackendContext& ctx) {
+  const shm::Tuning tuning = shm::Tuning::from_env();
+  const auto deadline = std::chrono::steady_clock::now() + ctx.timeout;
+  const shm::Identity me{tuning.enabled, ::getpid(), tuning.host_id.empty() ? shm::local_host_identity() : tuning.host_id};
+  const auto ids = shm::exchange_identities(*ctx.store, ctx.rank, ctx.size, me, deadline);
+  shm::Plan plan = shm::make_plan(ids, ctx.rank);
+
+  std::unique_ptr<HostCollectives> host;
+  if (plan.shm) {
+    std::string failure;
+    if (plan.my_host().size() > 1) {
+      try {
+        host = shm::join_host_segment(*ctx.store, plan, ids, tuning, deadline);
+      } catch (const std::exception& e) {
+        failure = e.what();
+      }
+    }
+    const auto failures = shm::agree_on_setup(*ctx.store, ctx.rank, ctx.size, failure, deadline);
+    if (!failures.empty()) {
+      if (ctx.rank == 0) {
+        log(LogLevel::Warn, "shared memory is off for this group of ", ctx.size, " ranks, which uses gloo alone: ",
+            join(failures, "; "), ". Set DDP_SHM=0 to silence this.");
+      }
+      host.reset();
+      plan.shm = false;
+    } else if (host) {
+      host->close_descriptor();  // every peer has mapped it
+    }
+  }
+
+  auto gloo = make_gloo_backend(ctx);
+  if (!plan.shm) return gloo;
+  std::unique_ptr<Backend> leaders;
+  if (!plan.single_host() && plan.local == 0) {
+    BackendContext leader_ctx{std::make_shared<PrefixStore>("leaders", ctx.store), plan.host,
+                              static_cast<int>(plan.hosts.size()), ctx.timeout, ctx.master_addr};
+    leaders = make_gloo_backend(leader_ctx);
+  }
+  if (plan.my_host().size() < 2) host.reset();
+  log(LogLevel::Debug, "rank ", ctx.rank, ": shared memory with ", plan.my_host().size(), " ranks on this host, ",
+      plan.hosts.size(), " host(s)");
+  return std::make_unique<ShmBackend>(ctx.rank, ctx.size, std::move(gloo), std::move(leaders), std::move(host),
+                                      plan.single_host());
+}
+
+}  // namespace ddp::detail

@@ -1,0 +1,21 @@
+// The CPU backend registered as "gloo": Gloo, with the collectives of ranks that share a host
+// going through shared memory. Decided per group at creation, the same way on every rank:
+//   - DDP_SHM=0 on any rank, or no two ranks on one host: plain gloo;
+//   - every rank on one host: all_reduce, reduce, reduce_scatter, broadcast, all_gather and
+//     barrier through shared memory (every dtype and op natively, 16-bit floats accumulated in
+//     float32); gather, scatter, all_to_all and send/recv through gloo;
+//   - several hosts: all_reduce is hierarchical (shared-memory reduce to each host's first rank,
+//     gloo all_reduce among those, shared-memory broadcast back); everything else is gloo.
+// When a rank cannot map its host's segment (another user, a hidden /proc), the whole group
+// falls back to plain gloo with a warning saying why.
+#pragma once
+
+#include <memory>
+
+#include "ddp/backend.h"
+
+namespace ddp::detail {
+
+std::unique_ptr<Backend> make_cpu_backend(const BackendContext& context);
+
+}  // namespace ddp::detail

@@ -1,0 +1,35 @@
+// The knobs of the shared-memory path, read from the environment when a group is created.
+// docs/SHM.md explains each one and how the defaults were chosen.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+
+namespace ddp::detail::shm {
+
+struct Tuning {
+  // DDP_SHM: "0", "off", "false" or "no" turn the shared-memory path off (plain gloo).
+  bool enabled = true;
+  // DDP_SHM_CHUNK_BYTES: the pipeline's chunk per rank per step (whole pages). At least the size of
+  // a core's L2 cache: what one rank writes has then moved on to the shared L3 when the others read
+  // it, which is far faster than taking it from the writer's L2 (docs/SHM.md).
+  std::size_t chunk_bytes = 512u << 10;
+  // DDP_SHM_SMALL_BYTES: all_reduce and reduce take one step, in which every rank reads every
+  // other rank's whole buffer, when (ranks - 1) * bytes is at most this; else the two-step
+  // reduce-scatter + all-gather.
+  std::size_t small_bytes = 256u << 10;
+  // DDP_SHM_SPIN_US: how long a wait spins before it sleeps on a futex (0: sleep at once).
+  std::chrono::microseconds spin{50};
+  // DDP_SHM_HOST_ID: replaces the detected host identity (hostname, boot id, pid namespace). Ranks
+  // with different values are treated as being on different hosts: testing the hierarchical path
+  // on one machine, or keeping apart ranks that must not share memory.
+  std::string host_id;
+  // A host's segment stays below this size; the chunk shrinks for many ranks per host.
+  std::size_t max_segment_bytes = 64u << 20;
+
+  // Reads the variables above; malformed values fall back to the defaults with a warning.
+  static Tuning from_env();
+};
+
+}  // namespace ddp::detail::shm

@@ -1,0 +1,154 @@
+// The collective suite through shared memory: world sizes 1 to 5 with the default tuning, with
+// tiny chunks (every op takes many pipelined rounds, odd sizes straddle the chunks), with waits
+// that sleep at once (the futex path), and hierarchically across simulated hosts. The same suite
+// on plain gloo (DDP_SHM=0) keeps that path tested now that shared memory is the default.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "../group/collective_suite.h"
+#include "ddp/distributed.h"
+#include "shm_support.h"
+#include "support/multiprocess.h"
+
+namespace ddp {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Every rank maps exactly `segments` shared-memory segments.
+void expect_segments(std::size_t segments) {
+  const auto lines = test::shm_mappings();
+  EXPECT_EQ(lines.size(), segments) << "mappings of ddp-shm in /proc/self/maps";
+}
+
+class ShmWorld : public ::testing::TestWithParam<int> {};
+
+TEST_P(ShmWorld, EveryOpTypeAndSizeMatchesTheReference) {
+  test::run_ranks(GetParam(), [](int, int world) {
+    init_process_group("gloo", {.timeout = 60s});
+    expect_segments(world > 1 ? 1 : 0);
+    test::run_collective_suite(*get_default_group(), {.sizes = {0, 1, 13, 1009, 40000}});
+    destroy_process_group();
+    expect_segments(0);
+  }, {.deadline = 170s});
+}
+
+TEST_P(ShmWorld, ManySmallChunksWithOddSizesMatchTheReference) {
+  test::run_ranks(GetParam(), [](int, int world) {
+    init_process_group("gloo", {.timeout = 60s});
+    expect_segments(world > 1 ? 1 : 0);
+    test::run_collective_suite(*get_default_group(), {.sizes = {3, 1025, 4099, 30011}, .large_bytes = 1 << 20});
+    destroy_process_group();
+  }, {.deadline = 170s, .env = {{"DDP_SHM_CHUNK_BYTES", "4096"}, {"DDP_SHM_SMALL_BYTES", "0"}}});
+}
+
+TEST_P(ShmWorld, WaitsThatSleepAtOnceStillMatch) {
+  test::run_ranks(GetParam(), [](int, int) {
+    init_process_group("gloo", {.timeout = 60s});
+    test::run_collective_suite(*get_default_group(), {.sizes = {1, 5000}, .large_bytes = 0});
+    test::run_async_burst(*get_default_group(), 300);
+    destroy_process_group();
+  }, {.deadline = 170s, .env = {{"DDP_SHM_SPIN_US", "0"}, {"DDP_SHM_CHUNK_BYTES", "8192"}}});
+}
+
+TEST_P(ShmWorld, AThousandBackToBackAsyncOps) {
+  test::run_ranks(GetParam(), [](int, int) {
+    init_process_group("gloo", {.timeout = 60s});
+    test::run_async_burst(*get_default_group(), 1000);
+    destroy_process_group();
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, ShmWorld, ::testing::Values(1, 2, 3, 4, 5),
+                         [](const auto& info) { return "world" + std::to_string(info.param); });
+
+class PlainGlooWorld : public ::testing::TestWithParam<int> {};
+
+TEST_P(PlainGlooWorld, EveryOpTypeAndSizeMatchesTheReference) {
+  test::run_ranks(GetParam(), [](int, int) {
+    init_process_group("gloo", {.timeout = 60s});
+    expect_segments(0);
+    test::run_collective_suite(*get_default_group());
+    test::run_async_burst(*get_default_group(), 300);
+    destroy_process_group();
+  }, {.deadline = 170s, .env = {{"DDP_SHM", "0"}}});
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, PlainGlooWorld, ::testing::Values(2, 3, 5),
+                         [](const auto& info) { return "world" + std::to_string(info.param); });
+
+TEST(ShmSetup, OneRankWithDdpShmOffMakesTheWholeGroupUseGloo) {
+  test::run_ranks(3, [](int, int) {
+    init_process_group("gloo", {.timeout = 60s});
+    expect_segments(0);
+    test::run_collective_suite(*get_default_group(), {.sizes = {7}, .large_bytes = 0});
+    destroy_process_group();
+  }, {.rank_env = [](int rank) { return std::map<std::string, std::string>{{"DDP_SHM", rank == 1 ? "0" : "1"}}; }});
+}
+
+TEST(ShmSetup, RanksWithDifferentTuningFollowTheirHostsFirstRank) {
+  // Chunk and small-message threshold decide how many steps an op takes: rank 0's hold for all.
+  test::run_ranks(3, [](int, int) {
+    init_process_group("gloo", {.timeout = 60s});
+    expect_segments(1);
+    test::run_collective_suite(*get_default_group(), {.sizes = {1, 5000, 30011}, .large_bytes = 0});
+    destroy_process_group();
+  }, {.deadline = 170s, .rank_env = [](int rank) {
+    if (rank == 0) return std::map<std::string, std::string>{{"DDP_SHM_CHUNK_BYTES", "4096"}, {"DDP_SHM_SMALL_BYTES", "0"}};
+    if (rank == 1) return std::map<std::string, std::string>{};
+    return std::map<std::string, std::string>{{"DDP_SHM_CHUNK_BYTES", "65536"}, {"DDP_SHM_SMALL_BYTES", "200000"}};
+  }});
+}
+
+// Simulated hosts: DDP_SHM_HOST_ID puts ranks on different "hosts", so all_reduce goes through a
+// shared-memory reduce on each host, gloo among the hosts' first ranks, and a broadcast back.
+TEST(ShmHierarchy, AllReduceAcrossHostsMatchesTheReference) {
+  struct Case {
+    int world;
+    std::vector<std::string> hosts;  // per rank
+  };
+  const Case cases[] = {
+      {5, {"a", "a", "a", "b", "b"}},  // contiguous hosts
+      {4, {"a", "b", "a", "b"}},       // interleaved: host leaders are ranks 0 and 1
+      {3, {"a", "a", "b"}},            // a host with a single rank
+  };
+  for (const auto& c : cases) {
+    test::run_ranks(c.world, [](int, int) {
+      init_process_group("gloo", {.timeout = 60s});
+      expect_segments(std::atoi(std::getenv("RANKS_ON_MY_HOST")) > 1 ? 1 : 0);
+      test::run_collective_suite(*get_default_group(), {.sizes = {0, 1, 13, 9000}, .large_bytes = 4 << 20});
+      test::run_async_burst(*get_default_group(), 200);
+      destroy_process_group();
+    }, {.deadline = 170s, .rank_env = [&](int rank) {
+      int same = 0;
+      for (const auto& h : c.hosts) same += h == c.hosts[static_cast<std::size_t>(rank)];
+      return std::map<std::string, std::string>{{"DDP_SHM_HOST_ID", c.hosts[static_cast<std::size_t>(rank)]},
+                                                {"RANKS_ON_MY_HOST", std::to_string(same)}};
+    }});
+  }
+}
+
+TEST(ShmGroups, SeveralGroupsKeepSeparateSegmentsAndRunAtOnce) {
+  test::run_ranks(4, [](int rank, int) {
+    init_process_group("gloo", {.timeout = 60s});
+    auto all = new_group({0, 1, 2, 3});
+    auto low = new_group({0, 1});  // every rank calls new_group for every group, in the same order
+    auto high = new_group({2, 3});
+    ASSERT_TRUE(all);
+    EXPECT_EQ(static_cast<bool>(low), rank < 2);
+    EXPECT_EQ(static_cast<bool>(high), rank >= 2);
+    auto pair = low ? low : high;
+    expect_segments(3);  // the world, `all` and this rank's pair
+    std::thread a([&] { test::run_async_burst(*get_default_group(), 300); });
+    std::thread b([&] { test::run_async_burst(*all, 300); });
+    std::thread c([&] { test::run_collective_suite(*pair, {.sizes = {5, 3000}, .large_bytes = 0}); });
+    a.join();
+    b.join();
+    c.join();
+    destroy_process_group();
+  });
+}
+
+}  // namespace
+}  // namespace ddp

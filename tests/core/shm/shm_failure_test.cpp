@@ -1,0 +1,169 @@
+// What ranks on one host see when a peer dies, stops or gives up in the middle of a shared-memory
+// collective, and that no segment outlives the job.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <thread>
+
+#include "ddp/distributed.h"
+#include "ddp/error.h"
+#include "shm_support.h"
+#include "support/expect_error.h"
+#include "support/multiprocess.h"
+
+namespace ddp {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+using test::expect_error;
+
+std::string temp_path(const char* what) { return "/tmp/ddp-shm-test-" + std::to_string(::getpid()) + "-" + what; }
+
+TEST(ShmFailures, APeerKilledMidAllReduceIsAnErrorNamingItNotAHang) {
+  const auto before = test::dev_shm_entries();
+  auto results = test::run_ranks(3, [](int rank, int) {
+    init_process_group("gloo", {.timeout = 60s});
+    auto group = get_default_group();
+    ASSERT_EQ(test::shm_mappings().size(), 1u);
+    std::vector<float> big(16 << 20, 1.0f);  // 64 MB: many chunks, long enough to die in the middle
+    group->all_reduce(buffer_of(big.data(), 16))->wait();
+    if (rank == 1) {
+      auto work = group->all_reduce(buffer_of(big.data(), big.size()));
+      std::this_thread::sleep_for(5ms);
+      ::raise(SIGKILL);
+    }
+    const auto start = Clock::now();
+    auto message = expect_error<PeerLostError>([&] { group->all_reduce(buffer_of(big.data(), big.size()))->wait(); },
+                                               {"all_reduce #1", "shared-memory all_reduce", "rank 1 (pid ",
+                                                "Lost rank 1"});
+    EXPECT_LT(Clock::now() - start, 30s) << "the timeout is 60 s: the death should be noticed long before";
+    // Later ops fail at once with the same error.
+    expect_error<PeerLostError>([&] { group->barrier()->wait(); }, {"Lost rank 1"});
+  }, {.expect_success = false});
+  if (test::is_rank_process()) return;
+  ASSERT_EQ(results.size(), 3u);
+  EXPECT_TRUE(results[0].ok()) << results[0].output;
+  EXPECT_EQ(results[1].signal, SIGKILL);
+  EXPECT_TRUE(results[2].ok()) << results[2].output;
+  EXPECT_EQ(test::dev_shm_entries(), before) << "something was left in /dev/shm";
+}
+
+TEST(ShmFailures, AStoppedPeerTimesOutNamingIt) {
+  const std::string pid_file = temp_path("stopped-pid");
+  auto results = test::run_ranks(3, [&](int rank, int) {
+    init_process_group("gloo", {.timeout = 3s});
+    auto group = get_default_group();
+    float x = 1;
+    group->all_reduce(buffer_of(&x, 1))->wait();
+    if (rank == 2) {
+      std::ofstream(std::getenv("PID_FILE")) << ::getpid();
+      std::this_thread::sleep_for(300ms);  // let the progress record reach the store
+      ::raise(SIGSTOP);
+      return;
+    }
+    std::vector<float> data(1 << 20, 1.0f);  // large: the two-step path
+    // Ranks 0 and 1 time out together: the first to give up aborts the group, so the other may
+    // fail a moment earlier with a PeerLostError that carries the first one's timeout.
+    auto message = expect_error<Error>(
+        [&] { group->all_reduce(buffer_of(data.data(), data.size()))->wait(); },
+        {"all_reduce #1 (float32 x 1048576, SUM) in group 'world' on rank ", "timed out",
+         "shared-memory all_reduce: waited for rank 2 (pid ", "which did not arrive",
+         "rank 2: its last was all_reduce #0"});
+    EXPECT_EQ(message.find("waited for rank " + std::to_string(1 - rank)), std::string::npos)
+        << "only the stopped rank is missing: " << message;
+    if (rank == 0) {
+      int stopped = 0;
+      std::ifstream(std::getenv("PID_FILE")) >> stopped;
+      EXPECT_NE(message.find("rank 2 (pid " + std::to_string(stopped) + ")"), std::string::npos) << message;
+      std::this_thread::sleep_for(500ms);  // rank 1 reads the pid file too
+      if (stopped > 0) ::kill(stopped, SIGKILL);
+    }
+  }, {.env = {{"PID_FILE", pid_file}}, .expect_success = false});
+  if (test::is_rank_process()) return;
+  ::unlink(pid_file.c_str());
+  ASSERT_EQ(results.size(), 3u);
+  EXPECT_TRUE(results[0].ok()) << results[0].output;
+  EXPECT_TRUE(results[1].ok()) << results[1].output;
+  EXPECT_EQ(results[2].signal, SIGKILL);
+}
+
+TEST(ShmFailures, ARankThatGivesUpReleasesItsPeersAtOnce) {
+  // Rank 2 is late; rank 0 has a short timeout, fails, and aborts the group: rank 1, whose
+  // timeout is long, must fail at once naming rank 0 rather than wait for its own timeout.
+  const std::string done_file = temp_path("done");
+  auto results = test::run_ranks(3, [&](int rank, int) {
+    init_process_group("gloo", {.timeout = 120s});
+    auto group = get_default_group();
+    float x = 1;
+    group->all_reduce(buffer_of(&x, 1))->wait();
+    if (rank == 0) group->set_timeout(1s);
+    if (rank == 2) {  // alive, but never calls the next all_reduce; leaves when the others are done
+      for (int i = 0; i < 600 && ::access(std::getenv("DONE_FILE"), F_OK) != 0; ++i) std::this_thread::sleep_for(100ms);
+      ::_exit(0);
+    }
+    const auto start = Clock::now();
+    if (rank == 0) {
+      expect_error<TimeoutError>([&] { group->all_reduce(buffer_of(&x, 1))->wait(); },
+                                 {"all_reduce #1", "timed out", "waited for rank 2"});
+    } else {
+      expect_error<PeerLostError>([&] { group->all_reduce(buffer_of(&x, 1))->wait(); },
+                                  {"all_reduce #1", "rank 0 (pid ", "gave up on the group"});
+      EXPECT_LT(Clock::now() - start, 20s) << "rank 1 waited on although rank 0 had given up";
+      std::ofstream(std::getenv("DONE_FILE")) << "done";
+    }
+  }, {.env = {{"DONE_FILE", done_file}}, .expect_success = false});
+  if (test::is_rank_process()) return;
+  ::unlink(done_file.c_str());
+  ASSERT_EQ(results.size(), 3u);
+  EXPECT_TRUE(results[0].ok()) << results[0].output;
+  EXPECT_TRUE(results[1].ok()) << results[1].output;
+}
+
+TEST(ShmSegments, HaveNoNameAnywhereSoNothingOutlivesTheJob) {
+  const auto before = test::dev_shm_entries();
+  test::run_ranks(3, [](int rank, int) {
+    init_process_group("gloo", {.timeout = 60s});
+    auto lines = test::shm_mappings();
+    ASSERT_EQ(lines.size(), 1u);
+    // An anonymous memory file: nothing in /dev/shm or any other file system names it.
+    EXPECT_NE(lines[0].find("/memfd:ddp-shm (deleted)"), std::string::npos) << lines[0];
+    std::int64_t v = rank;
+    get_default_group()->all_reduce(buffer_of(&v, 1))->wait();
+    EXPECT_EQ(v, 3);
+    for (const auto& name : test::dev_shm_entries()) EXPECT_EQ(name.find("ddp"), std::string::npos) << name;
+    destroy_process_group();
+  });
+  if (test::is_rank_process()) return;
+  EXPECT_EQ(test::dev_shm_entries(), before) << "something was left in /dev/shm";
+}
+
+TEST(ShmSetup, ARankThatCannotMapTheSegmentMakesTheGroupFallBackToGloo) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a rank as another user";
+  auto results = test::run_ranks(2, [](int rank, int) {
+    if (rank == 1) {
+      // Another user cannot open rank 0's /proc/<pid>/fd: the setup fails on this rank.
+      ASSERT_EQ(::setgid(65534), 0);
+      ASSERT_EQ(::setuid(65534), 0);
+      ::prctl(PR_SET_DUMPABLE, 1);
+    }
+    init_process_group("gloo", {.timeout = 60s});
+    EXPECT_EQ(test::shm_mappings().size(), 0u);
+    std::int64_t v = rank + 1;
+    get_default_group()->all_reduce(buffer_of(&v, 1))->wait();
+    EXPECT_EQ(v, 3);
+    destroy_process_group();
+  });
+  if (test::is_rank_process()) return;
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_NE(results[0].output.find("shared memory is off for this group of 2 ranks"), std::string::npos)
+      << results[0].output;
+  EXPECT_NE(results[0].output.find("rank 1: cannot open /proc/"), std::string::npos) << results[0].output;
+}
+
+}  // namespace
+}  // namespace ddp
