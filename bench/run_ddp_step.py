@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Side-by-side DDP training-step benchmark: ddp (C++) against PyTorch's Python DDP (gloo), for
+"""Side-by-side DDP training-step benchmark: ddp (C++; shared memory on one host, and plain gloo
+with DDP_SHM=0) against PyTorch's Python DDP (gloo), for
 an MLP (784-1024-1024-10, 1.86M parameters) and PyTorch's MNIST CNN (1.2M parameters), batch 64
 per rank, one intra-op thread per rank, at several world sizes; plus, at world size 1, each
 framework's step without DDP (DDP's own overhead). Prints markdown tables for docs/BENCHMARKS.md.
@@ -32,15 +33,16 @@ def main():
     for model in args.models:
         common = ["--model", model, "--steps", str(args.steps)]
         print("\n### DDP step, %s, batch 64 per rank (median ms)\n" % model)
-        print("| world size | ddp (C++) | PyTorch DDP | ddp / PyTorch |")
-        print("|---|---|---|---|")
+        print("| world size | ddp (C++) | ddp, DDP_SHM=0 | PyTorch DDP | ddp / PyTorch | ddp DDP_SHM=0 / PyTorch |")
+        print("|---|---|---|---|---|---|")
         for world in args.worlds:
-            ours, theirs = [], []
-            for _ in range(args.rounds):
+            ours, gloo, theirs = [], [], []
+            for _ in range(args.rounds):  # alternated, so that drift affects all three alike
                 ours.append(float(run_ranks_output([ddp_bin] + common, world)))
+                gloo.append(float(run_ranks_output([ddp_bin] + common, world, {"DDP_SHM": "0"})))
                 theirs.append(float(run_ranks_output(torch_py + common, world)))
-            a, b = statistics.median(ours), statistics.median(theirs)
-            print("| %d | %.2f | %.2f | %.2f |" % (world, a, b, a / b))
+            a, g, b = statistics.median(ours), statistics.median(gloo), statistics.median(theirs)
+            print("| %d | %.2f | %.2f | %.2f | %.2f | %.2f |" % (world, a, g, b, a / b, g / b))
             sys.stdout.flush()
         if 1 in args.worlds:
             print("\n#### Overhead of DDP at world size 1, %s (median ms)\n" % model)

@@ -9,6 +9,7 @@
 #include "ddp/distributed.h"
 #include "ddp/error.h"
 #include "gpu_support.h"
+#include "support/expect_error.h"
 #include "support/multiprocess.h"
 
 namespace ddp {
@@ -19,20 +20,7 @@ using Clock = std::chrono::steady_clock;
 
 bool has(const std::string& text, const std::string& fragment) { return text.find(fragment) != std::string::npos; }
 
-template <typename E, typename F>
-std::string expect_error(F&& call, std::initializer_list<std::string> fragments) {
-  try {
-    call();
-    ADD_FAILURE() << "no error";
-  } catch (const E& e) {
-    const std::string message = e.what();
-    for (const auto& f : fragments) EXPECT_TRUE(has(message, f)) << "missing '" << f << "' in: " << message;
-    return message;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong error type: " << e.what();
-  }
-  return {};
-}
+using test::expect_error;
 
 // This rank's GPU, as the backend picks it (LOCAL_RANK).
 int my_gpu() {
