@@ -18,7 +18,6 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-bool has(const std::string& text, const std::string& fragment) { return text.find(fragment) != std::string::npos; }
 
 using test::expect_error;
 
