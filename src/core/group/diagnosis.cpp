@@ -31,7 +31,7 @@ Diagnosis diagnose(const Op& op, int rank, const PeerStates& states) {
     return d;
   }
   const auto& peers = states.peers;
-  std::vector<std::string> lost, mismatched, behind;
+  std::vector<std::string> lost, mismatched, behind, inside;
   const Fingerprint mine = fingerprint(op);
   for (const auto& p : peers) {
     if (p.rank == rank) continue;
@@ -45,6 +45,8 @@ Diagnosis diagnose(const Op& op, int rank, const PeerStates& states) {
       behind.push_back(cat(rank_name(p), ": ", where(p)));
     } else if (p.progress->started == op.seq + 1 && p.progress->last != mine) {
       mismatched.push_back(cat(rank_name(p), " called ", describe(p.progress->last)));
+    } else if (p.progress->started == op.seq + 1 && p.progress->finished <= op.seq) {
+      inside.push_back(rank_name(p));
     }
   }
   if (!lost.empty()) {
@@ -67,6 +69,12 @@ Diagnosis diagnose(const Op& op, int rank, const PeerStates& states) {
     d.text = cat("Ranks that had not reached ", describe(op), ": ", join(behind, "; "),
                  ". Such a rank may be stopped (SIGSTOP, a debugger), stuck or slow in its own work, or skipping "
                  "this collective (a rank-dependent branch).");
+  } else if (!inside.empty()) {
+    // Everyone got here: the op itself stalls (a rank stopped inside it, or the network).
+    d.kind = Diagnosis::Kind::Behind;
+    d.text = cat("Every rank reached ", describe(op), "; still inside it: ", join(inside, ", "),
+                 ". A rank stopped inside the collective (SIGSTOP, a debugger), a rank starved of CPU, or a network "
+                 "fault between the ranks looks like this.");
   }
   return d;
 }

@@ -22,11 +22,12 @@ using Clock = std::chrono::steady_clock;
 
 std::string temp_path(const char* what) { return "/tmp/ddp-test-" + std::to_string(::getpid()) + "-" + what; }
 
+// Over Gloo's TCP pairs (DDP_SHM=0); ShmFailures has the same case on shared memory.
 TEST(Failures, APeerKilledMidCollectiveIsNamedOnEveryOtherRank) {
   auto results = test::run_ranks(3, [](int rank, int) {
     init_process_group("gloo", {.timeout = 30s});
     auto group = get_default_group();
-    std::vector<float> big(8 << 20, 1.0f);  // 32 MB: long enough to be killed in the middle
+    std::vector<float> big(16 << 20, 1.0f);  // 64 MB: long enough to be killed in the middle
     group->all_reduce(buffer_of(big.data(), 16))->wait();
     if (rank == 2) {
       auto work = group->all_reduce(buffer_of(big.data(), big.size()));
@@ -42,7 +43,7 @@ TEST(Failures, APeerKilledMidCollectiveIsNamedOnEveryOtherRank) {
     auto later = expect_error<PeerLostError>([&] { group->barrier()->wait(); }, {"Lost rank 2"});
     EXPECT_EQ(later, first);
     EXPECT_LT(Clock::now() - again, 1s);
-  }, {.expect_success = false});
+  }, {.env = {{"DDP_SHM", "0"}}, .expect_success = false});
   if (test::is_rank_process()) return;
   ASSERT_EQ(results.size(), 3u);
   EXPECT_TRUE(results[0].ok()) << results[0].output;

@@ -110,7 +110,14 @@ TEST(Diagnosis, NamesLostMismatchedAndLateRanks) {
   EXPECT_EQ(d.kind, Diagnosis::Kind::Lost);
   EXPECT_NE(d.text.find("rank 5 (pid 42 on node7)"), std::string::npos) << d.text;
 
-  EXPECT_EQ(diagnose(op, 0, {{me, there}}).kind, Diagnosis::Kind::None);
+  // Everyone reached it: the ranks still inside are named; a rank that finished it is not.
+  PeerState done{6, 6, ProgressRecord{8, 8, fingerprint(op)}};
+  d = diagnose(op, 0, {{me, there, done}});
+  EXPECT_EQ(d.kind, Diagnosis::Kind::Behind);
+  EXPECT_NE(d.text.find("Every rank reached all_reduce #7 (float32 x 10, SUM); still inside it: rank 3."),
+            std::string::npos) << d.text;
+  EXPECT_EQ(d.text.find("rank 6"), std::string::npos) << d.text;
+  EXPECT_EQ(diagnose(op, 0, {{me, done}}).kind, Diagnosis::Kind::None);
   d = diagnose(op, 0, {{me}, "connection refused"});
   EXPECT_EQ(d.kind, Diagnosis::Kind::Lost);
   EXPECT_NE(d.text.find("rank 0, or the launcher"), std::string::npos) << d.text;

@@ -30,13 +30,16 @@ TEST(ShmFailures, APeerKilledMidAllReduceIsAnErrorNamingItNotAHang) {
     init_process_group("gloo", {.timeout = 60s});
     auto group = get_default_group();
     ASSERT_EQ(test::shm_mappings().size(), 1u);
-    std::vector<float> big(16 << 20, 1.0f);  // 64 MB: many chunks, long enough to die in the middle
+    std::vector<float> big(16 << 20, 1.0f);  // 64 MB: many chunks
     group->all_reduce(buffer_of(big.data(), 16))->wait();
+    // Rank 1 dies inside the all_reduce, which cannot have finished: rank 2 joins it only later.
+    // Rank 0 is waiting in it when rank 1 dies; rank 2 finds it dead on arrival.
     if (rank == 1) {
       auto work = group->all_reduce(buffer_of(big.data(), big.size()));
-      std::this_thread::sleep_for(5ms);
+      std::this_thread::sleep_for(20ms);
       ::raise(SIGKILL);
     }
+    if (rank == 2) std::this_thread::sleep_for(300ms);
     const auto start = Clock::now();
     auto message = expect_error<PeerLostError>([&] { group->all_reduce(buffer_of(big.data(), big.size()))->wait(); },
                                                {"all_reduce #1", "shared-memory all_reduce", "rank 1 (pid ",

@@ -139,6 +139,7 @@ TEST(Checkpoints, RankZeroWritesAndEveryoneReadsAfterTheBarrier) {
         a.write("value", torch::full({1}, static_cast<double>(step)));
       });
       EXPECT_EQ(load_value(c), step) << "rank " << rank << " read a stale checkpoint after save()";
+      barrier();  // everyone has read it before rank 0 writes the next
     }
     destroy_process_group();
   }, {.env = {{"CKPT_DIR", dir}}});
