@@ -388,7 +388,9 @@ TEST(TorchProtocol, AWatcherThatStopsReadingIsDroppedNotBuffered) {
   testing::internal::CaptureStderr();
   const std::string value(kMaxStoreValueBytes, 'x');
   for (int i = 0; i < 3; ++i) writer.set("/big", value);  // 64, 128, 128 MiB of events: past the cap
-  for (int i = 0; i < 200 && server.num_clients() > 1; ++i) std::this_thread::sleep_for(10ms);
+  // Generous: under ThreadSanitizer the server needs many seconds to push 200 MB into the socket.
+  const auto end = std::chrono::steady_clock::now() + 120s;
+  while (server.num_clients() > 1 && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(10ms);
   const std::string log = testing::internal::GetCapturedStderr();
   EXPECT_EQ(server.num_clients(), 1u);
   EXPECT_NE(log.find("it does not read its replies"), std::string::npos) << log;
