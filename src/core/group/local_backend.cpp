@@ -1,17 +1,13 @@
 #include "group/local_backend.h"
 
-#include <cstring>
-
 #include "ddp/error.h"
 #include "nccl/device_copy.h"
 
 namespace ddp::detail {
 namespace {
 
-void copy(const Buffer& from, const Buffer& to) {
-  if (from.device.is_cuda() || to.device.is_cuda()) return copy_buffer(from, to);  // through CUDA
-  if (from.data != to.data && to.bytes() > 0) std::memmove(to.data, from.data, to.bytes());
-}
+// copy_buffer: a memmove between host buffers, through CUDA otherwise.
+void copy(const Buffer& from, const Buffer& to) { copy_buffer(from, to); }
 
 class LocalBackend final : public Backend {
  public:
