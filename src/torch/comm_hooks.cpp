@@ -3,9 +3,18 @@
 
 #include <ATen/ATen.h>
 
+#include "bucket_allreduce.h"
 #include "ddp/torch/collectives.h"
 
-namespace ddp::comm_hooks {
+namespace ddp {
+
+std::shared_ptr<Future> detail::all_reduce_bucket(GradBucket& bucket) {
+  at::Tensor buffer = bucket.buffer();
+  auto work = all_reduce_async(buffer, ReduceOp::SUM, bucket.process_group());
+  return std::make_shared<Future>(work, [buffer] { return buffer; });
+}
+
+namespace comm_hooks {
 namespace {
 
 // Divide first (as PyTorch's hooks do, so sums cannot overflow), then all-reduce a copy in
@@ -24,14 +33,13 @@ CommHook compressing(at::ScalarType wire_type) {
 
 CommHook allreduce() {
   return [](GradBucket& bucket) {
-    at::Tensor buffer = bucket.buffer();
-    buffer.div_(bucket.process_group()->size());
-    auto work = all_reduce_async(buffer, ReduceOp::SUM, bucket.process_group());
-    return std::make_shared<Future>(work, [buffer] { return buffer; });
+    bucket.buffer().div_(bucket.process_group()->size());
+    return detail::all_reduce_bucket(bucket);
   };
 }
 
 CommHook fp16_compress() { return compressing(at::kHalf); }
 CommHook bf16_compress() { return compressing(at::kBFloat16); }
 
-}  // namespace ddp::comm_hooks
+}  // namespace comm_hooks
+}  // namespace ddp

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include "reduce/half.h"
 
@@ -46,21 +47,30 @@ struct Xor {
   A operator()(A x, A y) const { return static_cast<A>(x ^ y); }
 };
 
+// out[i] = f(a[i], b[i]), also into out2 when given. `out` may be `a` or `b` itself (in place),
+// never a shifted copy, so no iteration depends on another: ivdep lets the compiler vectorize
+// without the overlap test that would send in-place calls down its scalar path.
 template <typename A, typename F>
-void fold(A* __restrict acc, const A* __restrict src, std::size_t m, F f) {
-  for (std::size_t i = 0; i < m; ++i) acc[i] = f(acc[i], src[i]);
-}
-
-template <typename A>
-void divide(A* acc, std::size_t m, int n) {
-  if constexpr (std::is_floating_point_v<A>) {
-    const A d = static_cast<A>(n);
-    for (std::size_t i = 0; i < m; ++i) acc[i] /= d;
+void combine(A* out, A* out2, const A* a, const A* b, std::size_t m, F f) {
+  if (out2) {
+#pragma GCC ivdep
+    for (std::size_t i = 0; i < m; ++i) out2[i] = out[i] = f(a[i], b[i]);
   } else {
-    const std::int64_t d = n;
-    for (std::size_t i = 0; i < m; ++i) acc[i] = static_cast<A>(acc[i] / d);
+#pragma GCC ivdep
+    for (std::size_t i = 0; i < m; ++i) out[i] = f(a[i], b[i]);
   }
 }
+
+// The op, followed by AVG's division by the number of sources (integers truncate toward zero).
+template <typename A, typename F>
+struct ThenDivide {
+  F f;
+  A n;
+  A operator()(A x, A y) const {
+    if constexpr (std::is_floating_point_v<A>) return f(x, y) / n;
+    else return static_cast<A>(static_cast<std::int64_t>(f(x, y)) / static_cast<std::int64_t>(n));
+  }
+};
 
 // ---- 16-bit floats <-> float32, a block at a time ----
 
@@ -126,16 +136,29 @@ void narrow_fp16(const float* in, std::uint16_t* out, std::size_t m) {
 
 // ---- the kernels ----
 
+// Elements [start, start + m) of srcs[0..n) folded in order, the last fold writing straight into
+// the destinations (and dividing, for AVG); with more than two sources the partial results stay
+// in an L1-sized accumulator.
+template <typename A, template <typename> class Op>
+void fold_block(A* dst, A* dst2, const void* const* srcs, int n, std::size_t start, std::size_t m, bool avg, A* acc) {
+  auto src = [&](int k) { return static_cast<const A*>(srcs[k]) + start; };
+  if (n == 1) return combine(dst, dst2, src(0), src(0), m, [](A x, A) { return x; });  // x / 1 is x
+  const A* left = src(0);
+  for (int k = 1; k + 1 < n; ++k) {
+    combine(acc, static_cast<A*>(nullptr), left, src(k), m, Op<A>{});
+    left = acc;
+  }
+  if (avg) combine(dst, dst2, left, src(n - 1), m, ThenDivide<A, Op<A>>{Op<A>{}, static_cast<A>(n)});
+  else combine(dst, dst2, left, src(n - 1), m, Op<A>{});
+}
+
 template <typename T, template <typename> class Op>
 void reduce_plain(void* dst, void* dst2, const void* const* srcs, int n, std::size_t count, bool avg) {
   alignas(64) T acc[kBlock];
+  if (!dst) std::swap(dst, dst2);
   for (std::size_t start = 0; start < count; start += kBlock) {
-    const std::size_t m = std::min(kBlock, count - start);
-    std::memcpy(acc, static_cast<const T*>(srcs[0]) + start, m * sizeof(T));
-    for (int k = 1; k < n; ++k) fold(acc, static_cast<const T*>(srcs[k]) + start, m, Op<T>{});
-    if (avg) divide(acc, m, n);
-    if (dst) std::memcpy(static_cast<T*>(dst) + start, acc, m * sizeof(T));
-    if (dst2) std::memcpy(static_cast<T*>(dst2) + start, acc, m * sizeof(T));
+    fold_block<T, Op>(static_cast<T*>(dst) + start, dst2 ? static_cast<T*>(dst2) + start : nullptr, srcs, n, start,
+                      std::min(kBlock, count - start), avg, acc);
   }
 }
 
@@ -150,9 +173,9 @@ void reduce_half(void* dst, void* dst2, const void* const* srcs, int n, std::siz
     Widen(static_cast<const std::uint16_t*>(srcs[0]) + start, acc, m);
     for (int k = 1; k < n; ++k) {
       Widen(static_cast<const std::uint16_t*>(srcs[k]) + start, wide, m);
-      fold(acc, wide, m, Op<float>{});
+      combine(acc, static_cast<float*>(nullptr), acc, wide, m, Op<float>{});
     }
-    if (avg) divide(acc, m, n);
+    if (avg) combine(acc, static_cast<float*>(nullptr), acc, acc, m, [n](float x, float) { return x / static_cast<float>(n); });
     Narrow(acc, out, m);
     if (dst) std::memcpy(static_cast<std::uint16_t*>(dst) + start, out, m * 2);
     if (dst2) std::memcpy(static_cast<std::uint16_t*>(dst2) + start, out, m * 2);

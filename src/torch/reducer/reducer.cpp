@@ -13,6 +13,7 @@
 #include <atomic>
 #include <unordered_set>
 
+#include "bucket_allreduce.h"
 #include "ddp/distributed.h"
 #include "ddp/error.h"
 #include "ddp/torch/collectives.h"
@@ -299,6 +300,15 @@ class DDPCore::Impl {
     if (skip_communication()) return;
     {
       at::NoGradGuard no_grad;
+      // Without a comm hook the average's division happens while filling (one pass over the
+      // gradients less), as in PyTorch's reducer and with its arithmetic: a multiplication by
+      // 1 / world size while copying, a division in place for a gradient that is a bucket view.
+      const bool divide = !hook_;
+      at::Tensor reciprocal;
+      if (divide) {
+        reciprocal = c10::scalar_to_tensor(1.0 / world_);
+        reciprocal.unsafeGetTensorImpl()->set_wrapped_number(true);  // a Scalar's type promotion
+      }
       for (std::size_t k = 0; k < bucket.params.size(); ++k) {
         at::Tensor& grad = params_[bucket.params[k]].mutable_grad();
         at::Tensor& view = bucket.views[k];
@@ -306,8 +316,12 @@ class DDPCore::Impl {
           view.zero_();  // unused here: this rank contributes nothing (a stale .grad must not leak in)
           continue;
         }
-        if (grad.data_ptr() == view.data_ptr()) continue;  // already a view into the bucket
-        view.copy_(grad);
+        if (grad.data_ptr() == view.data_ptr()) {  // already a view into the bucket
+          if (divide) view.div_(world_);
+          continue;
+        }
+        if (divide) at::mul_out(view, grad, reciprocal);
+        else view.copy_(grad);
         if (options_.gradient_as_bucket_view) grad = grad_alias(view, bucket.flat);
       }
     }
@@ -315,7 +329,7 @@ class DDPCore::Impl {
     for (std::size_t p : bucket.params) members.push_back(params_[p]);
     GradBucket grad_bucket(b, b + 1 == buckets_.size(), bucket.flat, std::move(members), group_);
     const auto launched = Clock::now();
-    futures_[b] = hook_ ? hook_(grad_bucket) : comm_hooks::allreduce()(grad_bucket);
+    futures_[b] = hook_ ? hook_(grad_bucket) : all_reduce_bucket(grad_bucket);
     if (!futures_[b]) throw Error(cat("DistributedDataParallel: the comm hook returned no future for bucket ", b));
     if (timeline_) {
       const auto bytes = bucket.flat.numel() * bucket.flat.element_size();

@@ -118,6 +118,18 @@ TEST(ShmKernel, EveryDtypeOpAndSourceCountMatchesAScalarReference) {
             }
           }
           EXPECT_EQ(out, out2) << "the second destination differs";
+          // In place, as the collectives call it: the destination is one of the sources.
+          for (int k : {0, n - 1}) {
+            std::vector<unsigned char> own = in[k];
+            std::vector<const void*> aliased = srcs;
+            aliased[k] = own.data();
+            reduce(own.data(), nullptr, aliased.data(), n, count, t, op);
+            EXPECT_EQ(own, out) << to_string(t) << " " << to_string(op) << " n=" << n << " count=" << count
+                                << ": in place into source " << k << " differs";
+          }
+          std::vector<unsigned char> only2(count * e);
+          reduce(nullptr, only2.data(), srcs.data(), n, count, t, op);
+          EXPECT_EQ(only2, out) << "the second destination alone differs";
         }
       }
     }

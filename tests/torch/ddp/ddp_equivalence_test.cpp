@@ -109,5 +109,36 @@ TEST(DdpEquivalenceAlone, AGroupOfOneTrainsLikeNoDdp) {
   run_all(0, 1);
 }
 
+struct Weights : torch::nn::Module {
+  Weights() { w = register_parameter("w", torch::zeros({4099})); }
+  at::Tensor forward(const at::Tensor& x) { return (w * x).sum(); }
+  at::Tensor w;
+};
+
+// PyTorch's reducer averages by multiplying each gradient by 1 / world size while copying it into
+// the bucket, then summing; at 3 ranks that differs in the last bit from dividing by 3. The
+// shared-memory sum folds the ranks in rank order, which fixes the expected bits.
+TEST(DdpNumerics, TheAverageIsPyTorchsMultiplyByTheReciprocalThenSum) {
+  run_ranks(3, [](int rank, int world) {
+    init_process_group("gloo", {.timeout = 60s});
+    auto module = std::make_shared<Weights>();
+    DistributedDataParallel model(module);
+    auto grad_of = [](int r) { return torch::rand({4099}, torch::TensorOptions().dtype(torch::kFloat)) + r; };
+    torch::manual_seed(100 + rank);
+    auto mine = grad_of(rank);
+    model->forward(mine).backward();
+    at::Tensor expected, divided;
+    for (int r = 0; r < world; ++r) {
+      torch::manual_seed(100 + r);
+      auto g = grad_of(r);
+      auto scaled = g * (1.0 / world);
+      expected = r == 0 ? scaled : expected + scaled;
+      divided = r == 0 ? g / world : divided + g / world;
+    }
+    ASSERT_FALSE(torch::equal(expected, divided)) << "the data do not tell the two arithmetics apart";
+    EXPECT_TRUE(torch::equal(module->w.grad(), expected));
+  });
+}
+
 }  // namespace
 }  // namespace ddp::test
