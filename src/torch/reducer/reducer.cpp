@@ -4,6 +4,7 @@
 // for every bucket and writes the averaged gradients back. The bucket plan (bucket_plan.h) and
 // the readiness bookkeeping (readiness.h) are pure and live apart.
 #include <ATen/ATen.h>
+#include <ATen/ScalarOps.h>
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
@@ -304,11 +305,7 @@ class DDPCore::Impl {
       // gradients less), as in PyTorch's reducer and with its arithmetic: a multiplication by
       // 1 / world size while copying, a division in place for a gradient that is a bucket view.
       const bool divide = !hook_;
-      at::Tensor reciprocal;
-      if (divide) {
-        reciprocal = c10::scalar_to_tensor(1.0 / world_);
-        reciprocal.unsafeGetTensorImpl()->set_wrapped_number(true);  // a Scalar's type promotion
-      }
+      const at::Tensor reciprocal = divide ? at::native::wrapped_scalar_tensor(1.0 / world_) : at::Tensor();
       for (std::size_t k = 0; k < bucket.params.size(); ++k) {
         at::Tensor& grad = params_[bucket.params[k]].mutable_grad();
         at::Tensor& view = bucket.views[k];
