@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""PyTorch's own DDP (gloo) on a fixed problem, for ddp's bit-exactness test
+(tests/torch/ddp/ddp_pytorch_parity_test.cpp builds the same problem in C++).
+
+    /usr/bin/python3 pytorch_ddp_peer.py --world 2 --out FILE
+
+Starts `world` ranks on this machine. Each trains an MLP 20-64-5 (weights: torch.manual_seed(0),
+then randn * 0.3 per parameter in registration order) for 3 steps of SGD (lr 0.1) on its own data
+(seed 1000 + 17 * rank + step: x randn 8x20, y randn 8x5), loss mean((out - y)^2). Rank 0 writes
+the final parameters, then the last step's averaged gradients, as raw float32.
+"""
+import argparse
+import os
+import socket
+import subprocess
+import sys
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def model():
+    net = torch.nn.Sequential(torch.nn.Linear(20, 64), torch.nn.ReLU(), torch.nn.Linear(64, 5))
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in net.parameters():
+            p.copy_(torch.randn(p.shape) * 0.3)
+    return net
+
+
+def rank_main(out):
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    net = model()
+    ddp = DDP(net)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    for step in range(3):
+        torch.manual_seed(1000 + 17 * rank + step)
+        x, y = torch.randn(8, 20), torch.randn(8, 5)
+        opt.zero_grad()
+        ((ddp(x) - y) ** 2).mean().backward()
+        opt.step()
+    if rank == 0:
+        params = [p.detach().flatten() for p in net.parameters()]
+        grads = [p.grad.flatten() for p in net.parameters()]
+        with open(out, "wb") as f:
+            f.write(torch.cat(params + grads).numpy().tobytes())
+    dist.destroy_process_group()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--world", type=int, default=2)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--rank", type=int, default=-1)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    if args.rank >= 0:
+        return rank_main(args.out)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for rank in range(args.world):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(args.world), MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo")
+        procs.append(subprocess.Popen([sys.executable, __file__, "--world", str(args.world), "--out", args.out,
+                                       "--rank", str(rank)], env=env))
+    codes = [p.wait(timeout=120) for p in procs]
+    if any(codes):
+        sys.exit("PyTorch ranks failed: exit codes %s" % codes)
+
+
+if __name__ == "__main__":
+    main()
