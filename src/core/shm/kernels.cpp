@@ -9,6 +9,7 @@
 #include "reduce/half.h"
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -47,16 +48,25 @@ struct Xor {
   A operator()(A x, A y) const { return static_cast<A>(x ^ y); }
 };
 
+// The next loop's iterations are independent: the compiler may vectorize it without the overlap
+// test that would send in-place calls down its scalar path.
+#if defined(__clang__)
+#define DDP_INDEPENDENT_ITERATIONS _Pragma("clang loop vectorize(assume_safety)")
+#elif defined(__GNUC__)
+#define DDP_INDEPENDENT_ITERATIONS _Pragma("GCC ivdep")
+#else
+#define DDP_INDEPENDENT_ITERATIONS
+#endif
+
 // out[i] = f(a[i], b[i]), also into out2 when given. `out` may be `a` or `b` itself (in place),
-// never a shifted copy, so no iteration depends on another: ivdep lets the compiler vectorize
-// without the overlap test that would send in-place calls down its scalar path.
+// never a shifted copy, so no iteration depends on another.
 template <typename A, typename F>
 void combine(A* out, A* out2, const A* a, const A* b, std::size_t m, F f) {
   if (out2) {
-#pragma GCC ivdep
+    DDP_INDEPENDENT_ITERATIONS
     for (std::size_t i = 0; i < m; ++i) out2[i] = out[i] = f(a[i], b[i]);
   } else {
-#pragma GCC ivdep
+    DDP_INDEPENDENT_ITERATIONS
     for (std::size_t i = 0; i < m; ++i) out[i] = f(a[i], b[i]);
   }
 }
@@ -117,7 +127,20 @@ __attribute__((target("avx,f16c"))) void narrow_fp16_f16c(const float* in, std::
   narrow_fp16_soft(in + i, out + i, m - i);
 }
 
-const bool kHasF16c = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+// CPUID leaf 1: F16C (ecx bit 29) and AVX (bit 28) with the OS saving the AVX state (OSXSAVE, bit
+// 27, and XCR0's SSE and AVX bits). GCC's __builtin_cpu_supports("f16c") would do, but clang's
+// does not know "f16c".
+bool has_f16c() {
+  unsigned eax, ebx, ecx, edx;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
+  constexpr unsigned kF16c = 1u << 29, kAvx = 1u << 28, kOsxsave = 1u << 27;
+  if ((ecx & (kF16c | kAvx | kOsxsave)) != (kF16c | kAvx | kOsxsave)) return false;
+  unsigned xcr0_low, xcr0_high;
+  __asm__("xgetbv" : "=a"(xcr0_low), "=d"(xcr0_high) : "c"(0));
+  return (xcr0_low & 6u) == 6u;
+}
+
+const bool kHasF16c = has_f16c();
 #endif
 
 void widen_fp16(const std::uint16_t* in, float* out, std::size_t m) {
