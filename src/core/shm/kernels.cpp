@@ -75,10 +75,10 @@ void combine(A* out, A* out2, const A* a, const A* b, std::size_t m, F f) {
 template <typename A, typename F>
 struct ThenDivide {
   F f;
-  A n;
+  int n;  // not an A: 200 ranks do not fit an int8
   A operator()(A x, A y) const {
-    if constexpr (std::is_floating_point_v<A>) return f(x, y) / n;
-    else return static_cast<A>(static_cast<std::int64_t>(f(x, y)) / static_cast<std::int64_t>(n));
+    if constexpr (std::is_floating_point_v<A>) return f(x, y) / static_cast<A>(n);
+    else return static_cast<A>(static_cast<std::int64_t>(f(x, y)) / n);
   }
 };
 
@@ -171,7 +171,7 @@ void fold_block(A* dst, A* dst2, const void* const* srcs, int n, std::size_t sta
     combine(acc, static_cast<A*>(nullptr), left, src(k), m, Op<A>{});
     left = acc;
   }
-  if (avg) combine(dst, dst2, left, src(n - 1), m, ThenDivide<A, Op<A>>{Op<A>{}, static_cast<A>(n)});
+  if (avg) combine(dst, dst2, left, src(n - 1), m, ThenDivide<A, Op<A>>{Op<A>{}, n});
   else combine(dst, dst2, left, src(n - 1), m, Op<A>{});
 }
 

@@ -136,6 +136,14 @@ TEST(ShmKernel, EveryDtypeOpAndSourceCountMatchesAScalarReference) {
   }
 }
 
+TEST(ShmKernel, AnAverageOverMoreRanksThanAnInt8HoldsDividesByTheirTrueCount) {
+  std::vector<std::int8_t> zero(5, 0), top(5, 127), out(5, 9);
+  std::vector<const void*> srcs(130, zero.data());
+  srcs[0] = top.data();
+  reduce(out.data(), nullptr, srcs.data(), 130, out.size(), DataType::Int8, ReduceOp::AVG);
+  EXPECT_EQ(out, std::vector<std::int8_t>(5, 0)) << "127 / 130 truncates to 0 (130 as an int8 is -126)";
+}
+
 TEST(ShmKernel, SixteenBitFloatsAreAccumulatedInFloat32AndRoundedOnce) {
   // 2048 + 1 + 1 in float16: pairwise rounding gives 2048 (each +1 rounds away); float32 gives 2050.
   const std::uint16_t big = float_to_fp16(2048.0f), one = float_to_fp16(1.0f);
