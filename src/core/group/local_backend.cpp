@@ -6,9 +6,6 @@
 namespace ddp::detail {
 namespace {
 
-// copy_buffer: a memmove between host buffers, through CUDA otherwise.
-void copy(const Buffer& from, const Buffer& to) { copy_buffer(from, to); }
-
 class LocalBackend final : public Backend {
  public:
   explicit LocalBackend(std::string_view name) : name_(name) {}
@@ -21,11 +18,11 @@ class LocalBackend final : public Backend {
   void all_reduce(Buffer, ReduceOp, Deadline) override {}
   void broadcast(Buffer, int, Deadline) override {}
   void reduce(Buffer, ReduceOp, int, Deadline) override {}
-  void all_gather(Buffer input, Buffer output, Deadline) override { copy(input, output); }
-  void gather(Buffer input, Buffer output, int, Deadline) override { copy(input, output); }
-  void scatter(Buffer input, Buffer output, int, Deadline) override { copy(input, output); }
-  void reduce_scatter(Buffer input, Buffer output, ReduceOp, Deadline) override { copy(input, output); }
-  void all_to_all(Buffer input, Buffer output, Deadline) override { copy(input, output); }
+  void all_gather(Buffer input, Buffer output, Deadline) override { copy_buffer(input, output); }
+  void gather(Buffer input, Buffer output, int, Deadline) override { copy_buffer(input, output); }
+  void scatter(Buffer input, Buffer output, int, Deadline) override { copy_buffer(input, output); }
+  void reduce_scatter(Buffer input, Buffer output, ReduceOp, Deadline) override { copy_buffer(input, output); }
+  void all_to_all(Buffer input, Buffer output, Deadline) override { copy_buffer(input, output); }
   void barrier(Deadline) override {}
   Waiter post_send(Buffer, int, std::uint32_t) override { throw InvalidArgument("send: a group of one has no peer"); }
   Waiter post_recv(Buffer, int, std::uint32_t) override { throw InvalidArgument("recv: a group of one has no peer"); }

@@ -82,6 +82,13 @@ struct ThenDivide {
   }
 };
 
+// The last fold of a reduction: with `avg`, followed by the division by the `n` sources.
+template <typename A, typename F>
+void combine_last(A* out, A* out2, const A* a, const A* b, std::size_t m, F f, bool avg, int n) {
+  if (avg) combine(out, out2, a, b, m, ThenDivide<A, F>{f, n});
+  else combine(out, out2, a, b, m, f);
+}
+
 // ---- 16-bit floats <-> float32, a block at a time ----
 
 void widen_bf16(const std::uint16_t* __restrict in, float* __restrict out, std::size_t m) {
@@ -171,8 +178,7 @@ void fold_block(A* dst, A* dst2, const void* const* srcs, int n, std::size_t sta
     combine(acc, static_cast<A*>(nullptr), left, src(k), m, Op<A>{});
     left = acc;
   }
-  if (avg) combine(dst, dst2, left, src(n - 1), m, ThenDivide<A, Op<A>>{Op<A>{}, n});
-  else combine(dst, dst2, left, src(n - 1), m, Op<A>{});
+  combine_last(dst, dst2, left, src(n - 1), m, Op<A>{}, avg, n);
 }
 
 template <typename T, template <typename> class Op>
@@ -194,11 +200,10 @@ void reduce_half(void* dst, void* dst2, const void* const* srcs, int n, std::siz
   for (std::size_t start = 0; start < count; start += kBlock) {
     const std::size_t m = std::min(kBlock, count - start);
     Widen(static_cast<const std::uint16_t*>(srcs[0]) + start, acc, m);
-    for (int k = 1; k < n; ++k) {
+    for (int k = 1; k < n; ++k) {  // one source: its own average
       Widen(static_cast<const std::uint16_t*>(srcs[k]) + start, wide, m);
-      combine(acc, static_cast<float*>(nullptr), acc, wide, m, Op<float>{});
+      combine_last(acc, static_cast<float*>(nullptr), acc, wide, m, Op<float>{}, avg && k + 1 == n, n);
     }
-    if (avg) combine(acc, static_cast<float*>(nullptr), acc, acc, m, [n](float x, float) { return x / static_cast<float>(n); });
     Narrow(acc, out, m);
     if (dst) std::memcpy(static_cast<std::uint16_t*>(dst) + start, out, m * 2);
     if (dst2) std::memcpy(static_cast<std::uint16_t*>(dst2) + start, out, m * 2);

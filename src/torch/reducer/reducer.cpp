@@ -53,6 +53,7 @@ class DDPCore::Impl {
   Impl(torch::nn::Module& module, DDPOptions options) : options_(std::move(options)) {
     group_ = options_.process_group ? options_.process_group : get_default_group();
     world_ = group_->size();
+    reciprocal_ = at::native::wrapped_scalar_tensor(1.0 / world_);
     if (!(options_.bucket_cap_mb > 0)) {
       throw InvalidArgument(cat("DistributedDataParallel: bucket_cap_mb must be positive, got ", options_.bucket_cap_mb));
     }
@@ -305,7 +306,6 @@ class DDPCore::Impl {
       // gradients less), as in PyTorch's reducer and with its arithmetic: a multiplication by
       // 1 / world size while copying, a division in place for a gradient that is a bucket view.
       const bool divide = !hook_;
-      const at::Tensor reciprocal = divide ? at::native::wrapped_scalar_tensor(1.0 / world_) : at::Tensor();
       for (std::size_t k = 0; k < bucket.params.size(); ++k) {
         at::Tensor& grad = params_[bucket.params[k]].mutable_grad();
         at::Tensor& view = bucket.views[k];
@@ -317,7 +317,7 @@ class DDPCore::Impl {
           if (divide) view.div_(world_);
           continue;
         }
-        if (divide) at::mul_out(view, grad, reciprocal);
+        if (divide) at::mul_out(view, grad, reciprocal_);
         else view.copy_(grad);
         if (options_.gradient_as_bucket_view) grad = grad_alias(view, bucket.flat);
       }
@@ -458,6 +458,7 @@ class DDPCore::Impl {
   DDPOptions options_;
   std::shared_ptr<ProcessGroup> group_;
   int world_ = 1;
+  at::Tensor reciprocal_;  // 1 / world_ as PyTorch's reducer multiplies by it (a wrapped Scalar)
   std::vector<at::Tensor> params_;
   std::vector<std::string> names_;
   std::vector<at::Tensor> buffers_;
