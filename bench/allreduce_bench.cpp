@@ -66,15 +66,19 @@ int main(int argc, char** argv) {
   ddp::init_process_group(backend, {.timeout = std::chrono::minutes(5)});
   auto group = ddp::get_default_group();
   std::vector<float> data(max_bytes / sizeof(float), 1.0f);
+  // Blocking all_reduces, as torch.distributed.all_reduce(t) (async_op=False) is timed beside them.
+  auto all_reduce = [&](std::size_t count) {
+    ddp::issue_and_wait([&] { return group->all_reduce(ddp::buffer_of(data.data(), count)); });
+  };
   for (std::size_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
     const std::size_t count = bytes / sizeof(float);
     const int iters = iterations(bytes);
-    for (int w = 0; w < std::max(2, iters / 10); ++w) group->all_reduce(ddp::buffer_of(data.data(), count))->wait();
+    for (int w = 0; w < std::max(2, iters / 10); ++w) all_reduce(count);
     std::vector<double> per_op;
     for (int r = 0; r < repeats; ++r) {
-      group->barrier()->wait();
+      ddp::barrier();
       auto start = std::chrono::steady_clock::now();
-      for (int i = 0; i < iters; ++i) group->all_reduce(ddp::buffer_of(data.data(), count))->wait();
+      for (int i = 0; i < iters; ++i) all_reduce(count);
       std::chrono::duration<double, std::micro> elapsed = std::chrono::steady_clock::now() - start;
       per_op.push_back(elapsed.count() / iters);
     }

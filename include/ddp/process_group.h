@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -86,5 +87,14 @@ class ProcessGroup {
   explicit ProcessGroup(std::shared_ptr<State> state);
   std::shared_ptr<State> state_;
 };
+
+// Issues one operation and waits for it: issue_and_wait([&] { return group->all_reduce(b); }) is
+// group->all_reduce(b)->wait(), faster. The first collective on host buffers that `issue` issues
+// is not handed to the group's worker thread: this thread runs it once `issue` returns (when
+// nothing is queued before it; otherwise the worker runs it in its turn), which saves the two
+// thread hand-offs that are most of a small collective's time. The blocking functions of the
+// LibTorch front (ddp::all_reduce, ...) use it. `issue` should return without waiting for that
+// operation (as every ProcessGroup method and *_async function does).
+void issue_and_wait(const std::function<std::shared_ptr<Work>()>& issue);
 
 }  // namespace ddp

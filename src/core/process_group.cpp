@@ -16,6 +16,7 @@
 #include "group/local_backend.h"
 #include "group/op.h"
 #include "group/progress.h"
+#include "group/sync_issue.h"
 #include "group/worker.h"
 #include "store/lost_ranks.h"
 #include "net/socket.h"
@@ -102,7 +103,7 @@ struct ProcessGroup::State {
   std::uint64_t next_p2p = 0;
   std::exception_ptr broken;  // the first failure; every later op fails with it
 
-  std::unique_ptr<detail::Worker> worker;      // collectives, in order
+  std::shared_ptr<detail::Worker> worker;      // collectives, in order (issue_and_wait's caller runs its own)
   std::unique_ptr<detail::Worker> p2p_waiter;  // waits for posted sends and receives, in order
 
   std::chrono::milliseconds timeout() const { return std::chrono::milliseconds(timeout_ms.load()); }
@@ -216,7 +217,12 @@ struct ProcessGroup::State {
     } else if (size == 1) {
       run_alone(op, *work);
     } else {
-      worker->post([this, op, work] { run(op, *work); });
+      // A host op its caller waits for at once (issue_and_wait) is posted without waking the
+      // worker: the caller runs it. Device ops stay on the worker, whose thread the backend may
+      // have bound to its GPU.
+      auto* sync = op.input.device.is_cuda() || op.output.device.is_cuda() ? nullptr : detail::SyncIssue::claim();
+      const auto ticket = worker->post([this, op, work] { run(op, *work); }, /*wake=*/sync == nullptr);
+      if (sync) sync->posted(worker, ticket);
     }
     return work;
   }
@@ -391,7 +397,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const std::string& backend, s
     auto progress_store = state->store->clone();
     progress_store->set_timeout(kDiagnosisBudget);  // a stopped store host must not hold the reporter long
     state->progress = std::make_unique<detail::ProgressSlot>(std::move(progress_store), rank);
-    state->worker = std::make_unique<detail::Worker>("ddp-" + options.name);
+    state->worker = std::make_shared<detail::Worker>("ddp-" + options.name);
     state->p2p_waiter = std::make_unique<detail::Worker>("ddp-p2p-" + options.name);
   }
   return std::shared_ptr<ProcessGroup>(new ProcessGroup(std::move(state)));
@@ -400,7 +406,10 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const std::string& backend, s
 ProcessGroup::ProcessGroup(std::shared_ptr<State> state) : state_(std::move(state)) {}
 
 ProcessGroup::~ProcessGroup() {
-  state_->worker.reset();  // runs what is queued (each op bounded by the timeout), then joins
+  // Runs what is queued (each op bounded by the timeout) and waits for an op a caller runs, then
+  // joins; a Work waited for later finds its op done.
+  if (state_->worker) state_->worker->stop();
+  state_->worker.reset();
   state_->p2p_waiter.reset();
   state_->progress.reset();
 }

@@ -278,27 +278,39 @@ std::shared_ptr<Work> irecv(at::Tensor& tensor, int src, const GroupPtr& group, 
   return ts.hold(g->recv(ts.ready(b), src, static_cast<std::uint32_t>(tag)));
 }
 
-// The blocking forms.
-void all_reduce(at::Tensor& t, ReduceOp op, const GroupPtr& g) { all_reduce_async(t, op, g)->wait(); }
-void broadcast(at::Tensor& t, int src, const GroupPtr& g) { broadcast_async(t, src, g)->wait(); }
-void reduce(at::Tensor& t, int dst, ReduceOp op, const GroupPtr& g) { reduce_async(t, dst, op, g)->wait(); }
-void all_gather(std::vector<at::Tensor>& o, const at::Tensor& t, const GroupPtr& g) { all_gather_async(o, t, g)->wait(); }
+// The blocking forms: a collective runs on the caller's thread when nothing is queued before it.
+void all_reduce(at::Tensor& t, ReduceOp op, const GroupPtr& g) {
+  issue_and_wait([&] { return all_reduce_async(t, op, g); });
+}
+void broadcast(at::Tensor& t, int src, const GroupPtr& g) {
+  issue_and_wait([&] { return broadcast_async(t, src, g); });
+}
+void reduce(at::Tensor& t, int dst, ReduceOp op, const GroupPtr& g) {
+  issue_and_wait([&] { return reduce_async(t, dst, op, g); });
+}
+void all_gather(std::vector<at::Tensor>& o, const at::Tensor& t, const GroupPtr& g) {
+  issue_and_wait([&] { return all_gather_async(o, t, g); });
+}
 void all_gather_into_tensor(at::Tensor& o, const at::Tensor& i, const GroupPtr& g) {
-  all_gather_into_tensor_async(o, i, g)->wait();
+  issue_and_wait([&] { return all_gather_into_tensor_async(o, i, g); });
 }
 void reduce_scatter(at::Tensor& o, const std::vector<at::Tensor>& i, ReduceOp op, const GroupPtr& g) {
-  reduce_scatter_async(o, i, op, g)->wait();
+  issue_and_wait([&] { return reduce_scatter_async(o, i, op, g); });
 }
 void reduce_scatter_tensor(at::Tensor& o, const at::Tensor& i, ReduceOp op, const GroupPtr& g) {
-  reduce_scatter_tensor_async(o, i, op, g)->wait();
+  issue_and_wait([&] { return reduce_scatter_tensor_async(o, i, op, g); });
 }
 void all_to_all(std::vector<at::Tensor>& o, const std::vector<at::Tensor>& i, const GroupPtr& g) {
-  all_to_all_async(o, i, g)->wait();
+  issue_and_wait([&] { return all_to_all_async(o, i, g); });
 }
-void all_to_all_single(at::Tensor& o, const at::Tensor& i, const GroupPtr& g) { all_to_all_single_async(o, i, g)->wait(); }
-void gather(const at::Tensor& t, std::vector<at::Tensor>& l, int dst, const GroupPtr& g) { gather_async(t, l, dst, g)->wait(); }
+void all_to_all_single(at::Tensor& o, const at::Tensor& i, const GroupPtr& g) {
+  issue_and_wait([&] { return all_to_all_single_async(o, i, g); });
+}
+void gather(const at::Tensor& t, std::vector<at::Tensor>& l, int dst, const GroupPtr& g) {
+  issue_and_wait([&] { return gather_async(t, l, dst, g); });
+}
 void scatter(at::Tensor& t, const std::vector<at::Tensor>& l, int src, const GroupPtr& g) {
-  scatter_async(t, l, src, g)->wait();
+  issue_and_wait([&] { return scatter_async(t, l, src, g); });
 }
 void send(const at::Tensor& t, int dst, const GroupPtr& g, int tag) { isend(t, dst, g, tag)->wait(); }
 void recv(at::Tensor& t, int src, const GroupPtr& g, int tag) { irecv(t, src, g, tag)->wait(); }

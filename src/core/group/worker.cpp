@@ -4,36 +4,71 @@
 
 namespace ddp::detail {
 
-Worker::Worker(std::string name) : name_(std::move(name)), thread_([this] { run(); }) {}
+Worker::Worker(std::string name, std::chrono::milliseconds idle_check)
+    : idle_check_(idle_check), name_(std::move(name)), thread_([this] { run(); }) {}
 
-Worker::~Worker() {
+Worker::~Worker() { stop(); }
+
+void Worker::stop() {
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
   }
   ready_.notify_one();
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
 }
 
-void Worker::post(std::function<void()> task) {
+std::uint64_t Worker::post(std::function<void()> task, bool wake) {
+  std::uint64_t ticket;
   {
     std::lock_guard lock(mutex_);
-    tasks_.push_back(std::move(task));
+    ticket = next_ticket_++;
+    tasks_.push_back({ticket, std::move(task)});
   }
-  ready_.notify_one();
+  if (wake) ready_.notify_one();
+  return ticket;
+}
+
+void Worker::wake() { ready_.notify_one(); }
+
+bool Worker::waiting() {
+  std::lock_guard lock(mutex_);
+  return waiting_;
+}
+
+bool Worker::run_here(std::uint64_t ticket) {
+  std::unique_lock lock(mutex_);
+  if (stopping_ || busy_ || tasks_.empty() || tasks_.front().ticket != ticket) return false;
+  auto task = std::move(tasks_.front().run);
+  tasks_.pop_front();
+  busy_ = true;
+  lock.unlock();
+  task();
+  lock.lock();
+  busy_ = false;
+  const bool wake = stopping_ || !tasks_.empty();
+  lock.unlock();
+  if (wake) ready_.notify_one();  // the worker saw busy_ and went back to sleep
+  return true;
 }
 
 void Worker::run() {
   ::pthread_setname_np(::pthread_self(), name_.substr(0, 15).c_str());
   std::unique_lock lock(mutex_);
   for (;;) {
-    ready_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
+    // Timed, so that a task posted without a wake-up is never left behind for long.
+    waiting_ = true;
+    while (!ready_.wait_for(lock, idle_check_, [&] { return !busy_ && (stopping_ || !tasks_.empty()); })) {
+    }
+    waiting_ = false;
     if (tasks_.empty()) return;  // stopping, and nothing left
-    auto task = std::move(tasks_.front());
+    auto task = std::move(tasks_.front().run);
     tasks_.pop_front();
+    busy_ = true;
     lock.unlock();
     task();
     lock.lock();
+    busy_ = false;
   }
 }
 

@@ -172,7 +172,9 @@ std::string get_backend(const std::shared_ptr<ProcessGroup>& group) {
   return std::string(require(group, "get_backend")->backend_name());
 }
 
-void barrier(const std::shared_ptr<ProcessGroup>& group) { require(group, "barrier")->barrier()->wait(); }
+void barrier(const std::shared_ptr<ProcessGroup>& group) {
+  issue_and_wait([&] { return require(group, "barrier")->barrier(); });
+}
 
 std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks, std::optional<std::chrono::milliseconds> timeout,
                                         const std::string& backend) {
