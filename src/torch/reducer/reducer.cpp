@@ -34,7 +34,7 @@ using Clock = std::chrono::steady_clock;
 constexpr std::size_t kFirstBucketBytes = std::size_t{1} << 20;
 
 // A tensor over `view`'s memory that autograd does not know as a view: what .grad points to
-// with gradient_as_bucket_view, so that LibTorch's Optimizer::zero_grad (which calls detach_(),
+// with gradient_as_bucket_view, so that LibTorch 1.x's Optimizer::zero_grad (which calls detach_(),
 // refused on views) keeps working. It keeps the bucket alive.
 at::Tensor grad_alias(const at::Tensor& view, const at::Tensor& flat) {
   return at::from_blob(view.data_ptr(), view.sizes(), [keep = flat](void*) {}, view.options());

@@ -20,7 +20,15 @@ struct Scenario {
   int micro_batches = 1;  // > 1: accumulate under no_sync, synchronize on the last
   CommHook hook;
   double tolerance = 1e-5;
+  bool set_to_none = false;  // clear gradients as LibTorch 2.x's zero_grad() does (1.13 zero-fills)
 };
+
+void clear_gradients(torch::optim::Optimizer& optimizer, bool set_to_none) {
+  if (!set_to_none) return optimizer.zero_grad();
+  for (auto& group : optimizer.param_groups()) {
+    for (auto& p : group.params()) p.mutable_grad() = at::Tensor();
+  }
+}
 
 // Runs one scenario on this rank and returns max relative difference to the reference.
 template <typename M, typename Forward>
@@ -35,7 +43,7 @@ double run(const Scenario& s, int rank, int world, int features, Forward forward
   torch::optim::SGD ref_optimizer(reference->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
   for (int step = 0; step < kSteps; ++step) {
     // DDP: this rank's shard.
-    optimizer.zero_grad();
+    clear_gradients(optimizer, s.set_to_none);
     for (int m = 0; m < s.micro_batches; ++m) {
       auto [x, y] = batch(step * 10 + m, world * kRows, features);
       auto xs = x.narrow(0, rank * kRows, kRows), ys = y.narrow(0, rank * kRows, kRows);
@@ -80,7 +88,10 @@ void run_all(int rank, int world) {
                             Scenario{"MLP, no_sync over 4 micro-batches", {}, 4},
                             Scenario{"MLP, no_sync, bucket views", {.bucket_cap_mb = 1e-6, .gradient_as_bucket_view = true}, 4},
                             Scenario{"MLP, fp16 hook", {}, 1, comm_hooks::fp16_compress(), 5e-3},
-                            Scenario{"MLP, bf16 hook", {}, 1, comm_hooks::bf16_compress(), 3e-2}}) {
+                            Scenario{"MLP, bf16 hook", {}, 1, comm_hooks::bf16_compress(), 3e-2},
+                            Scenario{"MLP, gradients set to none", {}, 1, {}, 1e-5, true},
+                            Scenario{"MLP, bucket views, gradients set to none", {.gradient_as_bucket_view = true}, 2, {},
+                                     1e-5, true}}) {
     check(run<Mlp>(s, rank, world, 20, plain), s);
   }
   Scenario bn{"CNN with BatchNorm"};
