@@ -398,7 +398,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const std::string& backend, s
     progress_store->set_timeout(kDiagnosisBudget);  // a stopped store host must not hold the reporter long
     state->progress = std::make_unique<detail::ProgressSlot>(std::move(progress_store), rank);
     state->worker = std::make_shared<detail::Worker>("ddp-" + options.name);
-    state->p2p_waiter = std::make_unique<detail::Worker>("ddp-p2p-" + options.name);
+    // Sends and receives are always posted with a wake-up: no idle check needed.
+    state->p2p_waiter = std::make_unique<detail::Worker>("ddp-p2p-" + options.name, std::chrono::hours(1));
   }
   return std::shared_ptr<ProcessGroup>(new ProcessGroup(std::move(state)));
 }

@@ -43,12 +43,17 @@ bool Worker::run_here(std::uint64_t ticket) {
   tasks_.pop_front();
   busy_ = true;
   lock.unlock();
+  struct Done {  // even if the task throws, which would leave the worker waiting for it forever
+    Worker& w;
+    ~Done() {
+      std::unique_lock lock(w.mutex_);
+      w.busy_ = false;
+      const bool wake = w.stopping_ || !w.tasks_.empty();
+      lock.unlock();
+      if (wake) w.ready_.notify_one();  // the worker saw busy_ and went back to sleep
+    }
+  } done{*this};
   task();
-  lock.lock();
-  busy_ = false;
-  const bool wake = stopping_ || !tasks_.empty();
-  lock.unlock();
-  if (wake) ready_.notify_one();  // the worker saw busy_ and went back to sleep
   return true;
 }
 

@@ -24,6 +24,7 @@ std::string temp_path(const char* what) { return "/tmp/ddp-test-" + std::to_stri
 
 // Over Gloo's TCP pairs (DDP_SHM=0); ShmFailures has the same case on shared memory.
 TEST(Failures, APeerKilledMidCollectiveIsNamedOnEveryOtherRank) {
+  const std::string done_file = temp_path("rank1-done");
   auto results = test::run_ranks(3, [](int rank, int) {
     init_process_group("gloo", {.timeout = 30s});
     auto group = get_default_group();
@@ -43,8 +44,15 @@ TEST(Failures, APeerKilledMidCollectiveIsNamedOnEveryOtherRank) {
     auto later = expect_error<PeerLostError>([&] { group->barrier()->wait(); }, {"Lost rank 2"});
     EXPECT_EQ(later, first);
     EXPECT_LT(Clock::now() - again, 1s);
-  }, {.env = {{"DDP_SHM", "0"}}, .expect_success = false});
+    // Rank 0 hosts the store that rank 1's diagnosis reads: it stays until rank 1 is done.
+    const char* done = std::getenv("DONE_FILE");
+    if (rank == 1) std::ofstream(done) << "done";
+    for (auto until = Clock::now() + 20s; rank == 0 && !std::ifstream(done) && Clock::now() < until;) {
+      std::this_thread::sleep_for(10ms);
+    }
+  }, {.env = {{"DDP_SHM", "0"}, {"DONE_FILE", done_file}}, .expect_success = false});
   if (test::is_rank_process()) return;
+  ::unlink(done_file.c_str());
   ASSERT_EQ(results.size(), 3u);
   EXPECT_TRUE(results[0].ok()) << results[0].output;
   EXPECT_TRUE(results[1].ok()) << results[1].output;
