@@ -39,9 +39,7 @@ bool Worker::waiting() {
 bool Worker::run_here(std::uint64_t ticket) {
   std::unique_lock lock(mutex_);
   if (stopping_ || busy_ || tasks_.empty() || tasks_.front().ticket != ticket) return false;
-  auto task = std::move(tasks_.front().run);
-  tasks_.pop_front();
-  busy_ = true;
+  auto task = start_next();
   lock.unlock();
   struct Done {  // even if the task throws, which would leave the worker waiting for it forever
     Worker& w;
@@ -57,6 +55,13 @@ bool Worker::run_here(std::uint64_t ticket) {
   return true;
 }
 
+std::function<void()> Worker::start_next() {
+  auto task = std::move(tasks_.front().run);
+  tasks_.pop_front();
+  busy_ = true;
+  return task;
+}
+
 void Worker::run() {
   ::pthread_setname_np(::pthread_self(), name_.substr(0, 15).c_str());
   std::unique_lock lock(mutex_);
@@ -67,9 +72,7 @@ void Worker::run() {
     }
     waiting_ = false;
     if (tasks_.empty()) return;  // stopping, and nothing left
-    auto task = std::move(tasks_.front().run);
-    tasks_.pop_front();
-    busy_ = true;
+    auto task = start_next();
     lock.unlock();
     task();
     lock.lock();

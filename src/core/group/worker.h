@@ -50,6 +50,8 @@ class Worker {
     std::function<void()> run;
   };
   void run();
+  // Takes the first task and marks the worker busy (mutex_ held).
+  std::function<void()> start_next();
 
   std::mutex mutex_;
   std::condition_variable ready_;
