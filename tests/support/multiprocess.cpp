@@ -1,5 +1,7 @@
 #include "support/multiprocess.h"
 
+#include <algorithm>
+
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -10,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -167,7 +170,17 @@ std::vector<RankResult> run_ranks(int world, const std::function<void(int, int)>
   if (std::getenv("DDP_TEST_VERBOSE")) {  // show every rank's output, passing or not
     for (const auto& r : results) std::fprintf(stderr, "---- rank %d ----\n%s\n", r.rank, r.output.c_str());
   }
-  if (finished && options.expect_success) {
+  if (finished && !options.killed.empty()) {
+    for (const auto& r : results) {
+      if (std::find(options.killed.begin(), options.killed.end(), r.rank) != options.killed.end()) {
+        EXPECT_EQ(r.signal, SIGKILL) << "rank " << r.rank << " should have been killed (exit " << r.exit_code
+                                     << "). Its output:\n" << tail(r.output);
+      } else {
+        EXPECT_TRUE(r.ok()) << "rank " << r.rank << " failed (exit " << r.exit_code << ", signal " << r.signal
+                            << "). Its output:\n" << tail(r.output);
+      }
+    }
+  } else if (finished && options.expect_success) {
     for (const auto& r : results) {
       EXPECT_TRUE(r.ok()) << "rank " << r.rank << " failed (exit " << r.exit_code << ", signal " << r.signal
                           << "). Its output:\n" << tail(r.output);

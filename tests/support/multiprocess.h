@@ -33,6 +33,9 @@ struct RunOptions {
   std::chrono::seconds deadline{90};
   std::map<std::string, std::string> env;  // extra variables for every rank
   bool expect_success = true;              // fail the test when a rank fails
+  // Ranks that must end killed by SIGKILL (a fault test kills them): the test fails unless exactly
+  // these die of SIGKILL and every other rank succeeds. Implies expect_success = false.
+  std::vector<int> killed;
   bool set_launch_env = true;              // RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...
   // Variables for one rank, set last (they override the others).
   std::function<std::map<std::string, std::string>(int rank)> rank_env;
