@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
   std::vector<float> data(max_bytes / sizeof(float), 1.0f);
   // Blocking all_reduces, as torch.distributed.all_reduce(t) (async_op=False) is timed beside them.
   auto all_reduce = [&](std::size_t count) {
-    ddp::issue_and_wait([&] { return group->all_reduce(ddp::buffer_of(data.data(), count)); });
+    group->all_reduce(ddp::buffer_of(data.data(), count), ddp::ReduceOp::SUM, ddp::Launch::OnWait)->wait();
   };
   for (std::size_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
     const std::size_t count = bytes / sizeof(float);

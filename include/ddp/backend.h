@@ -1,12 +1,18 @@
 // ddp::Backend: what a communication engine (gloo, nccl, ...) implements. A backend only moves
 // and reduces bytes. Everything every backend needs (the async queue, sequence numbers,
-// timeouts, progress records, argument checks, debug checks, AVG and 16-bit float emulation)
-// lives above it in ProcessGroup.
+// timeouts, progress records, argument checks, debug checks, emulation of what it lacks) lives
+// above it in ProcessGroup.
 //
-// Calls come from one thread at a time (the group's worker), already validated; each must
-// finish or throw by `deadline`. Throwing any exception is fine: the group turns it into a
-// ddp::Error with context. A backend of device buffers (nccl) queues its work after each
-// buffer's `ready` event (ddp/types.h) and returns once that work has completed on the device.
+// Twelve methods are required (the pure virtuals below); five more (reduce, gather, scatter,
+// reduce_scatter, all_to_all) have defaults that build them from the required ones, for a
+// backend that has nothing better. The group emulates AVG through SUM, and 16-bit float
+// reductions through float32, for any backend whose supports() says no.
+//
+// Calls come from one thread at a time (the group's worker, or the thread waiting for a
+// Launch::OnWait op), already validated; each must finish or throw by `deadline`. Throwing any
+// exception is fine: the group turns it into a ddp::Error with context. A backend of device
+// buffers (nccl) queues its work after each buffer's `ready` event (ddp/types.h) and returns once
+// that work has completed on the device.
 #pragma once
 
 #include <chrono>
@@ -31,7 +37,7 @@ class Backend {
   virtual int rank() const = 0;
   virtual int size() const = 0;
 
-  // Whether buffers on `device` can be used (gloo: the CPU; nccl: CUDA devices).
+  // Whether buffers on `device` can be used (gloo: the CPU; nccl: this rank's CUDA device).
   virtual bool accepts(const Device& device) const = 0;
 
   // Whether the backend reduces `dtype` with `op` natively. When not, the group emulates it:
@@ -40,18 +46,8 @@ class Backend {
 
   virtual void all_reduce(Buffer data, ReduceOp op, Deadline deadline) = 0;
   virtual void broadcast(Buffer data, int root, Deadline deadline) = 0;
-  // The result lands in `data` on `root`; other ranks' `data` is left as it was.
-  virtual void reduce(Buffer data, ReduceOp op, int root, Deadline deadline) = 0;
   // output holds size() * input.count elements, rank r's input at offset r * input.count.
   virtual void all_gather(Buffer input, Buffer output, Deadline deadline) = 0;
-  // As all_gather, with the output on `root` only (others pass an empty output).
-  virtual void gather(Buffer input, Buffer output, int root, Deadline deadline) = 0;
-  // `root`'s input holds size() * output.count elements; rank r receives the r-th chunk.
-  virtual void scatter(Buffer input, Buffer output, int root, Deadline deadline) = 0;
-  // input holds size() * output.count elements; rank r gets the reduction of every rank's r-th chunk.
-  virtual void reduce_scatter(Buffer input, Buffer output, ReduceOp op, Deadline deadline) = 0;
-  // input and output hold size() equal chunks; chunk j of rank i goes to chunk i of rank j.
-  virtual void all_to_all(Buffer input, Buffer output, Deadline deadline) = 0;
   virtual void barrier(Deadline deadline) = 0;
 
   // Point to point. post_send/post_recv start the transfer without blocking and return a waiter
@@ -60,9 +56,25 @@ class Backend {
   virtual Waiter post_send(Buffer data, int dst, std::uint32_t tag) = 0;
   virtual Waiter post_recv(Buffer data, int src, std::uint32_t tag) = 0;
 
-  // Called on the worker after an operation failed: release the connections so that peers
-  // blocked on this rank fail fast instead of waiting for their timeout.
+  // Called after an operation failed: release the connections so that peers blocked on this
+  // rank fail fast instead of waiting for their timeout.
   virtual void abort() noexcept = 0;
+
+  // --- optional: the defaults use the methods above (host buffers only) ---
+  // The result lands in `data` on `root`; other ranks' `data` is left as it was.
+  // Default: an all_reduce (of a copy, off the root).
+  virtual void reduce(Buffer data, ReduceOp op, int root, Deadline deadline);
+  // As all_gather, with the output on `root` only (others pass an empty output). Default: an all_gather.
+  virtual void gather(Buffer input, Buffer output, int root, Deadline deadline);
+  // `root`'s input holds size() * output.count elements; rank r receives the r-th chunk.
+  // Default: a broadcast of the whole input.
+  virtual void scatter(Buffer input, Buffer output, int root, Deadline deadline);
+  // input holds size() * output.count elements; rank r gets the reduction of every rank's r-th chunk.
+  // Default: an all_reduce of a copy of the input.
+  virtual void reduce_scatter(Buffer input, Buffer output, ReduceOp op, Deadline deadline);
+  // input and output hold size() equal chunks; chunk j of rank i goes to chunk i of rank j.
+  // Default: an all_gather of every rank's input.
+  virtual void all_to_all(Buffer input, Buffer output, Deadline deadline);
 };
 
 // What a backend factory gets.
@@ -75,10 +87,13 @@ struct BackendContext {
 };
 
 using BackendFactory = std::function<std::unique_ptr<Backend>(const BackendContext&)>;
+// Which devices' buffers a backend takes (its Backend::accepts), known before any backend exists:
+// a group of one has no backend object, yet accepts what the named backend accepts.
+using DeviceFilter = std::function<bool(const Device&)>;
 
-// Makes `name` available to init_process_group and new_group. Thread-safe; replaces an earlier
-// registration of the same name.
-void register_backend(const std::string& name, BackendFactory factory);
+// Makes `name` available to init_process_group and new_group, for buffers on the devices
+// `accepts` admits (default: the CPU). Thread-safe; replaces an earlier registration of the same name.
+void register_backend(const std::string& name, BackendFactory factory, DeviceFilter accepts = nullptr);
 // True when `name` is registered (a stub backend that explains what to install counts).
 bool is_backend_registered(const std::string& name);
 

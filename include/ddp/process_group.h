@@ -1,13 +1,14 @@
 // ddp::ProcessGroup: a set of ranks that run collectives together (torch's ProcessGroup).
 //
 // Every operation returns at once with a Work; the group runs its collectives one at a time, in
-// issue order, on a background thread, so an async call never blocks its caller. Arguments are
-// checked on the caller's thread (InvalidArgument, nothing started). Each operation is bounded
-// by the group's timeout; on failure the error names the operation, its sequence number in the
-// group, this rank, and what the other ranks were doing (read from per-rank progress records
-// in the store): which rank was lost, which had not reached the operation, which called
-// something else. After a failure the group is unusable and every later operation fails with
-// the first error.
+// issue order, on a background thread, so an async call never blocks its caller (a caller that
+// will wait at once says so with Launch::OnWait and the op runs on its own thread instead).
+// Arguments are checked on the caller's thread (InvalidArgument, nothing started). Each operation
+// is bounded by the group's timeout; on failure the error names the operation, its sequence
+// number in the group, this rank, and what the other ranks were doing (read from per-rank
+// progress records in the store): which rank was lost, which had not reached the operation,
+// which called something else. After a failure the group is unusable and every later operation
+// fails with the first error.
 //
 // Thread-safety: the methods may be called from any thread; operations from several threads are
 // ordered by when they were issued, which every rank must agree on (as in PyTorch).
@@ -26,6 +27,17 @@
 #include "ddp/work.h"
 
 namespace ddp {
+
+// How an operation starts.
+//   Async: handed to the group's worker thread, which runs the group's operations in issue order
+//     while the caller goes on (what PyTorch does).
+//   OnWait: the caller will wait for it at once. It starts at the first wait() on its Work, on the
+//     waiting thread when nothing is queued before it (otherwise the worker runs it in its turn):
+//     two thread hand-offs less, most of a small collective's time. wait(timeout) and
+//     is_completed() hand it to the worker; an OnWait op nobody waits for runs when a later
+//     Async op is issued or the group is destroyed. Ops on CUDA buffers always start Async (the
+//     backend keeps its device work on the worker's thread).
+enum class Launch { Async, OnWait };
 
 struct ProcessGroupOptions {
   std::chrono::milliseconds timeout = kDefaultTimeout;  // bounds every operation
@@ -51,6 +63,9 @@ class ProcessGroup {
   int size() const;
   const std::string& name() const;
   std::string_view backend_name() const;
+  // Whether the backend takes buffers on `device` as they are (gloo: the CPU; nccl: this rank's
+  // GPU). The LibTorch front stages other devices' tensors through host memory.
+  bool accepts(const Device& device) const;
   std::chrono::milliseconds timeout() const;
   // Applies to operations issued afterwards.
   void set_timeout(std::chrono::milliseconds timeout);
@@ -60,22 +75,23 @@ class ProcessGroup {
   std::uint64_t sequence_number() const;
 
   // In place: every rank ends with the reduction of everyone's `data`.
-  std::shared_ptr<Work> all_reduce(Buffer data, ReduceOp op = ReduceOp::SUM);
+  std::shared_ptr<Work> all_reduce(Buffer data, ReduceOp op = ReduceOp::SUM, Launch launch = Launch::Async);
   // In place: every rank ends with `root`'s `data`.
-  std::shared_ptr<Work> broadcast(Buffer data, int root);
+  std::shared_ptr<Work> broadcast(Buffer data, int root, Launch launch = Launch::Async);
   // In place on `root`; other ranks' data is left unchanged.
-  std::shared_ptr<Work> reduce(Buffer data, int root, ReduceOp op = ReduceOp::SUM);
+  std::shared_ptr<Work> reduce(Buffer data, int root, ReduceOp op = ReduceOp::SUM, Launch launch = Launch::Async);
   // output: size() * input.count elements, rank r's input at offset r * input.count.
-  std::shared_ptr<Work> all_gather(Buffer input, Buffer output);
+  std::shared_ptr<Work> all_gather(Buffer input, Buffer output, Launch launch = Launch::Async);
   // As all_gather with the output on `root` only; other ranks may pass an empty output.
-  std::shared_ptr<Work> gather(Buffer input, Buffer output, int root);
+  std::shared_ptr<Work> gather(Buffer input, Buffer output, int root, Launch launch = Launch::Async);
   // `root`'s input: size() * output.count elements; rank r receives chunk r. Others' input may be empty.
-  std::shared_ptr<Work> scatter(Buffer input, Buffer output, int root);
+  std::shared_ptr<Work> scatter(Buffer input, Buffer output, int root, Launch launch = Launch::Async);
   // input: size() * output.count elements; rank r gets the reduction of every rank's chunk r.
-  std::shared_ptr<Work> reduce_scatter(Buffer input, Buffer output, ReduceOp op = ReduceOp::SUM);
+  std::shared_ptr<Work> reduce_scatter(Buffer input, Buffer output, ReduceOp op = ReduceOp::SUM,
+                                       Launch launch = Launch::Async);
   // input and output: equal element counts divisible by size(); chunk j of rank i lands in chunk i of rank j.
-  std::shared_ptr<Work> all_to_all(Buffer input, Buffer output);
-  std::shared_ptr<Work> barrier();
+  std::shared_ptr<Work> all_to_all(Buffer input, Buffer output, Launch launch = Launch::Async);
+  std::shared_ptr<Work> barrier(Launch launch = Launch::Async);
   // Point to point; transfers with the same (peer, tag) match in issue order. They do not wait
   // behind queued collectives.
   std::shared_ptr<Work> send(Buffer data, int dst, std::uint32_t tag = 0);
@@ -87,14 +103,5 @@ class ProcessGroup {
   explicit ProcessGroup(std::shared_ptr<State> state);
   std::shared_ptr<State> state_;
 };
-
-// Issues one operation and waits for it: issue_and_wait([&] { return group->all_reduce(b); }) is
-// group->all_reduce(b)->wait(), faster. The first collective on host buffers that `issue` issues
-// is not handed to the group's worker thread: this thread runs it once `issue` returns (when
-// nothing is queued before it; otherwise the worker runs it in its turn), which saves the two
-// thread hand-offs that are most of a small collective's time. The blocking functions of the
-// LibTorch front (ddp::all_reduce, ...) use it. `issue` should return without waiting for that
-// operation (as every ProcessGroup method and *_async function does).
-void issue_and_wait(const std::function<std::shared_ptr<Work>()>& issue);
 
 }  // namespace ddp

@@ -21,13 +21,18 @@ class Work {
   Work& operator=(const Work&) = delete;
 
   // Blocks until the operation finished; rethrows its error (a ddp::Error) if it failed. Every
-  // operation is bounded by its group's timeout, so this returns or throws in bounded time.
+  // operation is bounded by its group's timeout, so this returns or throws in bounded time. An
+  // operation issued with Launch::OnWait (ddp/process_group.h) that has not started yet starts
+  // now, on this thread when nothing is queued before it.
   void wait();
 
   // As wait(), but throws TimeoutError (naming the operation and, for collectives, the ranks
   // that had not reached it) if it has not finished within `timeout`. The operation itself goes on.
+  // A Launch::OnWait operation not started yet is handed to the group's worker thread.
   void wait(std::chrono::milliseconds timeout);
 
+  // Does not block. A Launch::OnWait operation not started yet is handed to the group's worker
+  // thread, so that polling makes progress.
   bool is_completed() const;
   // Completed without error.
   bool is_success() const;
@@ -45,6 +50,10 @@ class Work {
   void finish(std::exception_ptr error = nullptr);
   // Says what a caller's wait(timeout) reports when it runs out (set by the process group).
   void set_timeout_explainer(std::function<std::string()> explain);
+  // For an operation that starts when it is first waited for (Launch::OnWait): `start` is called
+  // once, by the first wait() with here = true (it may run the operation on the calling thread),
+  // or by wait(timeout) or is_completed() with here = false (hand it to the worker).
+  void set_starter(std::function<void(bool here)> start);
 
   // An already completed Work (for a group of one and for no-ops).
   static std::shared_ptr<Work> completed(std::string description);
@@ -58,6 +67,9 @@ class Work {
   std::exception_ptr error_;
   std::vector<std::function<void(Work&)>> callbacks_;
   std::function<std::string()> explain_timeout_;
+  mutable std::function<void(bool)> start_;  // taken by the first call that starts the operation
+
+  void start(bool here) const;
 };
 
 }  // namespace ddp

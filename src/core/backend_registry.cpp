@@ -1,5 +1,5 @@
-// The table of backends by name. Backends register themselves (or their stubs) from a static
-// initializer in their own folder, so shared code never asks which backends exist.
+// The table of backends by name. builtin_backends.cpp registers the ones that ship with ddp (a
+// missing dependency's stub among them), so nothing else asks which backends exist.
 #include <map>
 #include <mutex>
 
@@ -10,10 +10,17 @@
 namespace ddp {
 namespace {
 
+struct Entry {
+  BackendFactory factory;
+  DeviceFilter accepts;
+};
+
 struct Registry {
   std::mutex mutex;
-  std::map<std::string, BackendFactory> factories;
+  std::map<std::string, Entry> entries;
 };
+
+bool cpu_only(const Device& device) { return device.is_cpu(); }
 
 Registry& registry() {
   static Registry instance;
@@ -22,30 +29,38 @@ Registry& registry() {
 
 }  // namespace
 
-void register_backend(const std::string& name, BackendFactory factory) {
+void register_backend(const std::string& name, BackendFactory factory, DeviceFilter accepts) {
   std::lock_guard lock(registry().mutex);
-  registry().factories[name] = std::move(factory);
+  registry().entries[name] = {std::move(factory), accepts ? std::move(accepts) : DeviceFilter(cpu_only)};
 }
 
 bool is_backend_registered(const std::string& name) {
   std::lock_guard lock(registry().mutex);
-  return registry().factories.count(name) > 0;
+  return registry().entries.count(name) > 0;
 }
 
 namespace detail {
 
-BackendFactory find_backend(const std::string& name) {
+namespace {
+
+Entry find_entry(const std::string& name) {
   register_builtin_backends();
   std::lock_guard lock(registry().mutex);
-  auto it = registry().factories.find(name);
-  if (it == registry().factories.end()) {
+  auto it = registry().entries.find(name);
+  if (it == registry().entries.end()) {
     std::vector<std::string> known;
-    for (const auto& [key, value] : registry().factories) known.push_back(detail::quote(key));
+    for (const auto& [key, value] : registry().entries) known.push_back(detail::quote(key));
     throw InvalidArgument(cat("unknown backend ", detail::quote(name), "; the registered backends are ", join(known),
                               ". Use \"gloo\" for CPU tensors and \"nccl\" for CUDA tensors."));
   }
-  return it->second;
+  return it->second;  // a copy: a concurrent registration may replace it
 }
+
+}  // namespace
+
+BackendFactory find_backend(const std::string& name) { return find_entry(name).factory; }
+
+DeviceFilter accepted_devices(const std::string& name) { return find_entry(name).accepts; }
 
 }  // namespace detail
 }  // namespace ddp

@@ -10,5 +10,7 @@ void register_builtin_backends();
 
 // The factory registered as `name`. Throws InvalidArgument listing the known names.
 BackendFactory find_backend(const std::string& name);
+// Which devices' buffers the backend registered as `name` takes. Throws as find_backend.
+DeviceFilter accepted_devices(const std::string& name);
 
 }  // namespace ddp::detail

@@ -7,13 +7,24 @@ namespace ddp {
 
 Work::Work(std::string description) : description_(std::move(description)) {}
 
+void Work::start(bool here) const {
+  std::function<void(bool)> start;
+  {
+    std::lock_guard lock(mutex_);
+    start.swap(start_);
+  }
+  if (start) start(here);
+}
+
 void Work::wait() {
+  start(true);
   std::unique_lock lock(mutex_);
   done_cv_.wait(lock, [&] { return done_; });
   if (error_) std::rethrow_exception(error_);
 }
 
 void Work::wait(std::chrono::milliseconds timeout) {
+  start(false);
   std::unique_lock lock(mutex_);
   if (!done_cv_.wait_for(lock, timeout, [&] { return done_; })) {
     auto explain = explain_timeout_;
@@ -26,6 +37,7 @@ void Work::wait(std::chrono::milliseconds timeout) {
 }
 
 bool Work::is_completed() const {
+  start(false);
   std::lock_guard lock(mutex_);
   return done_;
 }
@@ -53,12 +65,14 @@ void Work::then(std::function<void(Work&)> callback) {
 
 void Work::finish(std::exception_ptr error) {
   std::vector<std::function<void(Work&)>> callbacks;
+  std::function<void(bool)> started;  // nothing left to start; released outside the lock
   {
     std::lock_guard lock(mutex_);
     if (finishing_) return;
     finishing_ = true;
     error_ = std::move(error);
     callbacks.swap(callbacks_);
+    started.swap(start_);
   }
   // Callbacks run before waiters are released, so what they do (copy results out, say) is
   // visible to everyone who returns from wait().
@@ -73,6 +87,11 @@ void Work::finish(std::exception_ptr error) {
 void Work::set_timeout_explainer(std::function<std::string()> explain) {
   std::lock_guard lock(mutex_);
   explain_timeout_ = std::move(explain);
+}
+
+void Work::set_starter(std::function<void(bool here)> start) {
+  std::lock_guard lock(mutex_);
+  start_ = std::move(start);
 }
 
 std::shared_ptr<Work> Work::completed(std::string description) {

@@ -172,7 +172,7 @@ std::string Checkpoints::save(std::int64_t step, const std::function<void(torch:
     }
   }
   // Everyone meets here (also when rank 0 failed, so that nobody waits for a barrier in vain).
-  if (g) issue_and_wait([&] { return g->barrier(); });
+  if (g) g->barrier(Launch::OnWait)->wait();
   if (failure) {
     try {
       std::rethrow_exception(failure);

@@ -23,15 +23,20 @@ namespace {
 
 GroupPtr resolve(const GroupPtr& group) { return group ? group : get_default_group(); }
 
-// Whether `group` passes CUDA tensors to its backend as they are: nccl does; gloo (and any other
-// backend, and a group of one of them) gets host copies.
-bool takes_device_buffers(const ProcessGroup& group) { return group.backend_name() == "nccl"; }
+
+// Whether `like`'s CUDA memory goes through host copies: when the backend takes host buffers but
+// not that device's (gloo). One that takes neither (nccl, another GPU's tensor) refuses it itself.
+bool stages(const ProcessGroup& group, const at::Tensor& like) {
+  if (!like.defined() || !like.is_cuda()) return false;
+  const Device device{Device::Type::CUDA, static_cast<int>(like.get_device())};
+  return !group.accepts(device) && group.accepts(Device{});
+}
 
 // The tensors of one op as the backend sees them, kept alive until the op completes.
 class OpTensors {
  public:
   OpTensors(const ProcessGroup& group, const at::Tensor& like)
-      : stream_(like.defined() ? like.device() : c10::Device(c10::kCPU)), staged_(!takes_device_buffers(group)) {}
+      : stream_(like.defined() ? like.device() : c10::Device(c10::kCPU)), staged_(stages(group, like)) {}
 
   // A tensor the op reads, one it writes, one it does both to.
   Buffer in(const at::Tensor& t, const char* what = "tensor") { return place(t, what, true, false); }
@@ -141,68 +146,68 @@ Buffer to_buffer(const at::Tensor& tensor, const char* what) {
   return Buffer{tensor.data_ptr(), static_cast<std::size_t>(tensor.numel()), to_data_type(tensor.scalar_type()), device};
 }
 
-std::shared_ptr<Work> all_reduce_async(at::Tensor& tensor, ReduceOp op, const GroupPtr& group) {
+std::shared_ptr<Work> all_reduce_async(at::Tensor& tensor, ReduceOp op, const GroupPtr& group, Launch launch) {
   auto g = resolve(group);
   OpTensors ts(*g, tensor);
   Buffer b = ts.inout(tensor);
-  return ts.hold(g->all_reduce(ts.ready(b), op));
+  return ts.hold(g->all_reduce(ts.ready(b), op, launch));
 }
 
-std::shared_ptr<Work> broadcast_async(at::Tensor& tensor, int src, const GroupPtr& group) {
+std::shared_ptr<Work> broadcast_async(at::Tensor& tensor, int src, const GroupPtr& group, Launch launch) {
   auto g = resolve(group);
   OpTensors ts(*g, tensor);
   Buffer b = ts.inout(tensor);
-  return ts.hold(g->broadcast(ts.ready(b), src));
+  return ts.hold(g->broadcast(ts.ready(b), src, launch));
 }
 
-std::shared_ptr<Work> reduce_async(at::Tensor& tensor, int dst, ReduceOp op, const GroupPtr& group) {
+std::shared_ptr<Work> reduce_async(at::Tensor& tensor, int dst, ReduceOp op, const GroupPtr& group, Launch launch) {
   auto g = resolve(group);
   OpTensors ts(*g, tensor);
   Buffer b = ts.inout(tensor);
-  return ts.hold(g->reduce(ts.ready(b), dst, op));
+  return ts.hold(g->reduce(ts.ready(b), dst, op, launch));
 }
 
-std::shared_ptr<Work> all_gather_async(std::vector<at::Tensor>& outputs, const at::Tensor& tensor, const GroupPtr& group) {
+std::shared_ptr<Work> all_gather_async(std::vector<at::Tensor>& outputs, const at::Tensor& tensor, const GroupPtr& group, Launch launch) {
   auto g = resolve(group);
   OpTensors ts(*g, tensor);
   Buffer in = ts.in(tensor);
   check_list(outputs, tensor, static_cast<std::size_t>(g->size()), "all_gather outputs");
   at::Tensor flat = at::empty({tensor.numel() * g->size()}, tensor.options());
   Buffer out = ts.out(flat);
-  auto work = g->all_gather(ts.ready(in), ts.ready(out));
+  auto work = g->all_gather(ts.ready(in), ts.ready(out), launch);
   return ts.hold(work, [flat, outputs]() mutable { unflatten(flat, outputs); });
 }
 
-std::shared_ptr<Work> all_gather_into_tensor_async(at::Tensor& output, const at::Tensor& input, const GroupPtr& group) {
+std::shared_ptr<Work> all_gather_into_tensor_async(at::Tensor& output, const at::Tensor& input, const GroupPtr& group, Launch launch) {
   auto g = resolve(group);
   OpTensors ts(*g, input);
   Buffer in = ts.in(input, "input");
   Buffer out = ts.out(output, "output");
-  return ts.hold(g->all_gather(ts.ready(in), ts.ready(out)));
+  return ts.hold(g->all_gather(ts.ready(in), ts.ready(out), launch));
 }
 
 std::shared_ptr<Work> reduce_scatter_async(at::Tensor& output, const std::vector<at::Tensor>& inputs, ReduceOp op,
-                                           const GroupPtr& group) {
+                                           const GroupPtr& group, Launch launch) {
   auto g = resolve(group);
   OpTensors ts(*g, output);
   Buffer out = ts.out(output, "output");
   check_list(inputs, output, static_cast<std::size_t>(g->size()), "reduce_scatter inputs");
   at::Tensor flat = flatten(inputs);
   Buffer in = ts.in(flat);
-  return ts.hold(g->reduce_scatter(ts.ready(in), ts.ready(out), op));
+  return ts.hold(g->reduce_scatter(ts.ready(in), ts.ready(out), op, launch));
 }
 
 std::shared_ptr<Work> reduce_scatter_tensor_async(at::Tensor& output, const at::Tensor& input, ReduceOp op,
-                                                  const GroupPtr& group) {
+                                                  const GroupPtr& group, Launch launch) {
   auto g = resolve(group);
   OpTensors ts(*g, input);
   Buffer in = ts.in(input, "input");
   Buffer out = ts.out(output, "output");
-  return ts.hold(g->reduce_scatter(ts.ready(in), ts.ready(out), op));
+  return ts.hold(g->reduce_scatter(ts.ready(in), ts.ready(out), op, launch));
 }
 
 std::shared_ptr<Work> all_to_all_async(std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& inputs,
-                                       const GroupPtr& group) {
+                                       const GroupPtr& group, Launch launch) {
   auto g = resolve(group);
   const auto n = static_cast<std::size_t>(g->size());
   if (inputs.empty()) throw InvalidArgument(cat("all_to_all inputs is empty; it must hold ", n, " tensors"));
@@ -213,20 +218,20 @@ std::shared_ptr<Work> all_to_all_async(std::vector<at::Tensor>& outputs, const s
   at::Tensor flat_out = at::empty_like(flat_in);
   Buffer in = ts.in(flat_in);
   Buffer out = ts.out(flat_out);
-  auto work = g->all_to_all(ts.ready(in), ts.ready(out));
+  auto work = g->all_to_all(ts.ready(in), ts.ready(out), launch);
   return ts.hold(work, [flat_out, outputs]() mutable { unflatten(flat_out, outputs); });
 }
 
-std::shared_ptr<Work> all_to_all_single_async(at::Tensor& output, const at::Tensor& input, const GroupPtr& group) {
+std::shared_ptr<Work> all_to_all_single_async(at::Tensor& output, const at::Tensor& input, const GroupPtr& group, Launch launch) {
   auto g = resolve(group);
   OpTensors ts(*g, input);
   Buffer in = ts.in(input, "input");
   Buffer out = ts.out(output, "output");
-  return ts.hold(g->all_to_all(ts.ready(in), ts.ready(out)));
+  return ts.hold(g->all_to_all(ts.ready(in), ts.ready(out), launch));
 }
 
 std::shared_ptr<Work> gather_async(const at::Tensor& tensor, std::vector<at::Tensor>& gather_list, int dst,
-                                   const GroupPtr& group) {
+                                   const GroupPtr& group, Launch launch) {
   auto g = resolve(group);
   OpTensors ts(*g, tensor);
   Buffer in = ts.in(tensor);
@@ -235,17 +240,17 @@ std::shared_ptr<Work> gather_async(const at::Tensor& tensor, std::vector<at::Ten
       throw InvalidArgument(cat("gather: only the destination rank ", dst, " passes a gather_list; rank ", g->rank(),
                                 " passed ", gather_list.size(), " tensors"));
     }
-    return ts.hold(g->gather(ts.ready(in), Buffer{nullptr, 0, in.dtype, in.device}, dst));
+    return ts.hold(g->gather(ts.ready(in), Buffer{nullptr, 0, in.dtype, in.device}, dst, launch));
   }
   check_list(gather_list, tensor, static_cast<std::size_t>(g->size()), "gather_list");
   at::Tensor flat = at::empty({tensor.numel() * g->size()}, tensor.options());
   Buffer out = ts.out(flat);
-  auto work = g->gather(ts.ready(in), ts.ready(out), dst);
+  auto work = g->gather(ts.ready(in), ts.ready(out), dst, launch);
   return ts.hold(work, [flat, gather_list]() mutable { unflatten(flat, gather_list); });
 }
 
 std::shared_ptr<Work> scatter_async(at::Tensor& tensor, const std::vector<at::Tensor>& scatter_list, int src,
-                                    const GroupPtr& group) {
+                                    const GroupPtr& group, Launch launch) {
   auto g = resolve(group);
   OpTensors ts(*g, tensor);
   Buffer out = ts.out(tensor);
@@ -254,12 +259,12 @@ std::shared_ptr<Work> scatter_async(at::Tensor& tensor, const std::vector<at::Te
       throw InvalidArgument(cat("scatter: only the source rank ", src, " passes a scatter_list; rank ", g->rank(),
                                 " passed ", scatter_list.size(), " tensors"));
     }
-    return ts.hold(g->scatter(Buffer{nullptr, 0, out.dtype, out.device}, ts.ready(out), src));
+    return ts.hold(g->scatter(Buffer{nullptr, 0, out.dtype, out.device}, ts.ready(out), src, launch));
   }
   check_list(scatter_list, tensor, static_cast<std::size_t>(g->size()), "scatter_list");
   at::Tensor flat = flatten(scatter_list);
   Buffer in = ts.in(flat);
-  return ts.hold(g->scatter(ts.ready(in), ts.ready(out), src));
+  return ts.hold(g->scatter(ts.ready(in), ts.ready(out), src, launch));
 }
 
 std::shared_ptr<Work> isend(const at::Tensor& tensor, int dst, const GroupPtr& group, int tag) {
@@ -278,39 +283,34 @@ std::shared_ptr<Work> irecv(at::Tensor& tensor, int src, const GroupPtr& group, 
   return ts.hold(g->recv(ts.ready(b), src, static_cast<std::uint32_t>(tag)));
 }
 
-// The blocking forms: a collective runs on the caller's thread when nothing is queued before it.
-void all_reduce(at::Tensor& t, ReduceOp op, const GroupPtr& g) {
-  issue_and_wait([&] { return all_reduce_async(t, op, g); });
-}
-void broadcast(at::Tensor& t, int src, const GroupPtr& g) {
-  issue_and_wait([&] { return broadcast_async(t, src, g); });
-}
-void reduce(at::Tensor& t, int dst, ReduceOp op, const GroupPtr& g) {
-  issue_and_wait([&] { return reduce_async(t, dst, op, g); });
-}
+// The blocking forms: each waits at once, so its collective runs on this thread when nothing is
+// queued before it (Launch::OnWait).
+void all_reduce(at::Tensor& t, ReduceOp op, const GroupPtr& g) { all_reduce_async(t, op, g, Launch::OnWait)->wait(); }
+void broadcast(at::Tensor& t, int src, const GroupPtr& g) { broadcast_async(t, src, g, Launch::OnWait)->wait(); }
+void reduce(at::Tensor& t, int dst, ReduceOp op, const GroupPtr& g) { reduce_async(t, dst, op, g, Launch::OnWait)->wait(); }
 void all_gather(std::vector<at::Tensor>& o, const at::Tensor& t, const GroupPtr& g) {
-  issue_and_wait([&] { return all_gather_async(o, t, g); });
+  all_gather_async(o, t, g, Launch::OnWait)->wait();
 }
 void all_gather_into_tensor(at::Tensor& o, const at::Tensor& i, const GroupPtr& g) {
-  issue_and_wait([&] { return all_gather_into_tensor_async(o, i, g); });
+  all_gather_into_tensor_async(o, i, g, Launch::OnWait)->wait();
 }
 void reduce_scatter(at::Tensor& o, const std::vector<at::Tensor>& i, ReduceOp op, const GroupPtr& g) {
-  issue_and_wait([&] { return reduce_scatter_async(o, i, op, g); });
+  reduce_scatter_async(o, i, op, g, Launch::OnWait)->wait();
 }
 void reduce_scatter_tensor(at::Tensor& o, const at::Tensor& i, ReduceOp op, const GroupPtr& g) {
-  issue_and_wait([&] { return reduce_scatter_tensor_async(o, i, op, g); });
+  reduce_scatter_tensor_async(o, i, op, g, Launch::OnWait)->wait();
 }
 void all_to_all(std::vector<at::Tensor>& o, const std::vector<at::Tensor>& i, const GroupPtr& g) {
-  issue_and_wait([&] { return all_to_all_async(o, i, g); });
+  all_to_all_async(o, i, g, Launch::OnWait)->wait();
 }
 void all_to_all_single(at::Tensor& o, const at::Tensor& i, const GroupPtr& g) {
-  issue_and_wait([&] { return all_to_all_single_async(o, i, g); });
+  all_to_all_single_async(o, i, g, Launch::OnWait)->wait();
 }
 void gather(const at::Tensor& t, std::vector<at::Tensor>& l, int dst, const GroupPtr& g) {
-  issue_and_wait([&] { return gather_async(t, l, dst, g); });
+  gather_async(t, l, dst, g, Launch::OnWait)->wait();
 }
 void scatter(at::Tensor& t, const std::vector<at::Tensor>& l, int src, const GroupPtr& g) {
-  issue_and_wait([&] { return scatter_async(t, l, src, g); });
+  scatter_async(t, l, src, g, Launch::OnWait)->wait();
 }
 void send(const at::Tensor& t, int dst, const GroupPtr& g, int tag) { isend(t, dst, g, tag)->wait(); }
 void recv(at::Tensor& t, int src, const GroupPtr& g, int tag) { irecv(t, src, g, tag)->wait(); }

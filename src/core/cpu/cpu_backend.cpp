@@ -1,4 +1,4 @@
-#include "shm/shm_backend.h"
+#include "cpu/cpu_backend.h"
 
 #include <unistd.h>
 
@@ -17,9 +17,9 @@ namespace {
 
 using shm::HostCollectives;
 
-class ShmBackend final : public Backend {
+class CpuBackend final : public Backend {
  public:
-  ShmBackend(int rank, int size, std::unique_ptr<Backend> gloo, std::unique_ptr<Backend> leaders,
+  CpuBackend(int rank, int size, std::unique_ptr<Backend> gloo, std::unique_ptr<Backend> leaders,
              std::unique_ptr<HostCollectives> host, bool single_host)
       : rank_(rank),
         size_(size),
@@ -98,7 +98,8 @@ class ShmBackend final : public Backend {
 std::unique_ptr<Backend> make_cpu_backend(const BackendContext& ctx) {
   const shm::Tuning tuning = shm::Tuning::from_env();
   const auto deadline = std::chrono::steady_clock::now() + ctx.timeout;
-  const shm::Identity me{tuning.enabled, ::getpid(), tuning.host_id.empty() ? shm::local_host_identity() : tuning.host_id};
+  const shm::Identity me{tuning.enabled, ::getpid(), tuning.host_id.empty() ? shm::local_host_identity() : tuning.host_id,
+                         shm::local_network_identity()};
   const auto ids = shm::exchange_identities(*ctx.store, ctx.rank, ctx.size, me, deadline);
   shm::Plan plan = shm::make_plan(ids, ctx.rank);
 
@@ -125,18 +126,19 @@ std::unique_ptr<Backend> make_cpu_backend(const BackendContext& ctx) {
     }
   }
 
-  auto gloo = make_gloo_backend(ctx);
+  const GlooPlacement placement{.one_network = shm::one_network(ids)};
+  auto gloo = make_gloo_backend(ctx, placement);
   if (!plan.shm) return gloo;
   std::unique_ptr<Backend> leaders;
   if (!plan.single_host() && plan.local == 0) {
     BackendContext leader_ctx{std::make_shared<PrefixStore>("leaders", ctx.store), plan.host,
                               static_cast<int>(plan.hosts.size()), ctx.timeout, ctx.master_addr};
-    leaders = make_gloo_backend(leader_ctx);
+    leaders = make_gloo_backend(leader_ctx, placement);
   }
   if (plan.my_host().size() < 2) host.reset();
   log(LogLevel::Debug, "rank ", ctx.rank, ": shared memory with ", plan.my_host().size(), " ranks on this host, ",
       plan.hosts.size(), " host(s)");
-  return std::make_unique<ShmBackend>(ctx.rank, ctx.size, std::move(gloo), std::move(leaders), std::move(host),
+  return std::make_unique<CpuBackend>(ctx.rank, ctx.size, std::move(gloo), std::move(leaders), std::move(host),
                                       plan.single_host());
 }
 

@@ -1,5 +1,6 @@
-// The CPU backend registered as "gloo": Gloo, with the collectives of ranks that share a host
-// going through shared memory. Decided per group at creation, the same way on every rank:
+// The CPU backend, registered as "gloo": Gloo (gloo/) between hosts, shared memory (shm/) among
+// the ranks of one host. Decided per group at creation, the same way on every rank, from the host
+// identities the ranks exchange through the group's store:
 //   - DDP_SHM=0 on any rank, or no two ranks on one host: plain gloo;
 //   - every rank on one host: all_reduce, reduce, reduce_scatter, broadcast, all_gather and
 //     barrier through shared memory (every dtype and op natively, 16-bit floats accumulated in
@@ -7,7 +8,8 @@
 //   - several hosts: all_reduce is hierarchical (shared-memory reduce to each host's first rank,
 //     gloo all_reduce among those, shared-memory broadcast back); everything else is gloo.
 // When a rank cannot map its host's segment (another user, a hidden /proc), the whole group
-// falls back to plain gloo with a warning saying why.
+// falls back to plain gloo with a warning saying why. Ranks that share one network namespace
+// tell Gloo so, which then needs no resolvable host name (gloo/gloo_backend.h).
 #pragma once
 
 #include <memory>

@@ -1,4 +1,4 @@
-// The "gloo" backend: Gloo's algorithms over its TCP transport, on CPU buffers.
+// Gloo's algorithms over its TCP transport, on CPU buffers (gloo_backend.h).
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/alltoall.h>
@@ -13,9 +13,9 @@
 #include <gloo/transport/tcp/device.h>
 
 #include <cstdlib>
-#include <cstring>
 #include <map>
 #include <mutex>
+#include <type_traits>
 #include <vector>
 
 #include "ddp/error.h"
@@ -23,7 +23,9 @@
 #include "gloo/gloo_backend.h"
 #include "net/socket.h"
 #include "reduce/reduce.h"
+#include "util/error_kind.h"
 #include "util/log.h"
+#include "util/strings.h"
 
 namespace ddp::detail {
 namespace {
@@ -68,7 +70,18 @@ void with_type(DataType dtype, Fn&& fn) {
   }
 }
 
-// Runs a Gloo call, turning its exceptions into ddp's: a timeout, a lost peer, or a plain error.
+// Sorts a Gloo exception by what it says: a timeout, a lost peer, or a plain error.
+ErrorKind kind_of(const std::string& message) {
+  for (const char* timeout : {"Timed out", "timed out"}) {
+    if (message.find(timeout) != std::string::npos) return ErrorKind::Timeout;
+  }
+  for (const char* lost : {"closed", "reset by peer", "Broken pipe", "Connection refused"}) {
+    if (message.find(lost) != std::string::npos) return ErrorKind::PeerLost;
+  }
+  return ErrorKind::Other;
+}
+
+// Runs a Gloo call, turning its exceptions into ddp's.
 template <typename Fn>
 void guarded(std::string_view what, Fn&& fn) {
   try {
@@ -76,21 +89,12 @@ void guarded(std::string_view what, Fn&& fn) {
   } catch (const ddp::Error&) {
     throw;
   } catch (const std::exception& e) {
-    const std::string message = e.what();
-    if (message.find("Timed out") != std::string::npos || message.find("timed out") != std::string::npos) {
-      throw TimeoutError(cat("gloo ", what, ": ", message));
-    }
-    if (message.find("closed") != std::string::npos || message.find("reset by peer") != std::string::npos ||
-        message.find("Broken pipe") != std::string::npos || message.find("Connection refused") != std::string::npos) {
-      throw PeerLostError(cat("gloo ", what, ": ", message));
-    }
-    throw Error(cat("gloo ", what, ": ", message));
+    throw_error(kind_of(e.what()), cat("gloo ", what, ": ", e.what()));
   }
 }
 
-// The network interface Gloo listens on: GLOO_SOCKET_IFNAME (as PyTorch) or DDP_SOCKET_IFNAME if
-// set, else the address that routes to the master, else this host's name.
-gloo::transport::tcp::attr device_attr(const std::string& master_addr) {
+// The address or interface Gloo listens on (see make_gloo_backend).
+gloo::transport::tcp::attr device_attr(const std::string& master_addr, GlooPlacement placement) {
   gloo::transport::tcp::attr attr;
   for (const char* name : {"DDP_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"}) {
     const char* iface = std::getenv(name);
@@ -107,15 +111,28 @@ gloo::transport::tcp::attr device_attr(const std::string& master_addr) {
     attr.hostname = local_address_toward(master_addr);
     if (!attr.hostname.empty()) return attr;
   }
+  if (placement.one_network) {
+    attr.hostname = "127.0.0.1";
+    return attr;
+  }
   attr.hostname = local_hostname();
+  if (!resolves(attr.hostname)) {
+    throw IOError(cat("gloo cannot choose an address to listen on: this host's name ", quote(attr.hostname),
+                      " does not resolve (no /etc/hosts entry or DNS record), and the ranks are not all in one "
+                      "network namespace",
+                      master_addr.empty() ? std::string(" and no master address is known (file:// init)")
+                                          : cat(" and the master address ", quote(master_addr), " does not resolve either"),
+                      ". Set GLOO_SOCKET_IFNAME to the interface that reaches the other hosts (see `ip addr`), or "
+                      "add this host's name to /etc/hosts."));
+  }
   return attr;
 }
 
 // One device (one I/O thread) per interface, shared by every group of the process.
-std::shared_ptr<gloo::transport::Device> shared_device(const std::string& master_addr) {
+std::shared_ptr<gloo::transport::Device> shared_device(const std::string& master_addr, GlooPlacement placement) {
   static std::mutex mutex;
   static std::map<std::string, std::shared_ptr<gloo::transport::Device>> devices;
-  auto attr = device_attr(master_addr);
+  auto attr = device_attr(master_addr, placement);
   const std::string key = attr.iface.empty() ? "host:" + attr.hostname : "iface:" + attr.iface;
   std::lock_guard lock(mutex);
   auto& device = devices[key];
@@ -132,8 +149,8 @@ std::shared_ptr<gloo::transport::Device> shared_device(const std::string& master
 
 class GlooBackend final : public Backend {
  public:
-  explicit GlooBackend(const BackendContext& ctx) : rank_(ctx.rank), size_(ctx.size) {
-    auto device = shared_device(ctx.master_addr);
+  GlooBackend(const BackendContext& ctx, GlooPlacement placement) : rank_(ctx.rank), size_(ctx.size) {
+    auto device = shared_device(ctx.master_addr, placement);
     auto context = std::make_shared<gloo::rendezvous::Context>(ctx.rank, ctx.size);
     context->setTimeout(ctx.timeout);
     StoreAdapter store(*ctx.store);
@@ -152,136 +169,75 @@ class GlooBackend final : public Backend {
   }
 
   void all_reduce(Buffer data, ReduceOp op, Deadline deadline) override {
-    guarded("all_reduce", [&] {
-      with_type(data.dtype, [&](auto t) {
-        using T = decltype(t);
-        gloo::AllreduceOptions opts(context_);
-        opts.setOutput(static_cast<T*>(data.data), data.count);
-        opts.setReduceFunction(reduction(data.dtype, op));
-        opts.setTag(next_tag());
-        opts.setTimeout(remaining(deadline));
-        gloo::allreduce(opts);
-      });
-    });
+    run<gloo::AllreduceOptions>("all_reduce", data.dtype, deadline, [&](auto& opts, auto* t) {
+      opts.setOutput(typed(data, t), data.count);
+      opts.setReduceFunction(reduction(data.dtype, op));
+    }, [](auto& opts) { gloo::allreduce(opts); });
   }
 
   void broadcast(Buffer data, int root, Deadline deadline) override {
-    guarded("broadcast", [&] {
-      with_type(data.dtype, [&](auto t) {
-        using T = decltype(t);
-        gloo::BroadcastOptions opts(context_);
-        opts.setOutput(static_cast<T*>(data.data), data.count);
-        opts.setRoot(root);
-        opts.setTag(next_tag());
-        opts.setTimeout(remaining(deadline));
-        gloo::broadcast(opts);
-      });
-    });
+    run<gloo::BroadcastOptions>("broadcast", data.dtype, deadline, [&](auto& opts, auto* t) {
+      opts.setOutput(typed(data, t), data.count);
+      opts.setRoot(root);
+    }, [](auto& opts) { gloo::broadcast(opts); });
   }
 
   void reduce(Buffer data, ReduceOp op, int root, Deadline deadline) override {
     // Gloo may use the output as scratch: give non-roots a copy so their data stays as it was.
     std::vector<char> scratch;
-    void* out = data.data;
+    Buffer out = data;
     if (rank_ != root) {
       scratch.assign(static_cast<char*>(data.data), static_cast<char*>(data.data) + data.bytes());
-      out = scratch.data();
+      out.data = scratch.data();
     }
-    guarded("reduce", [&] {
-      with_type(data.dtype, [&](auto t) {
-        using T = decltype(t);
-        gloo::ReduceOptions opts(context_);
-        opts.setInput(static_cast<T*>(out), data.count);
-        opts.setOutput(static_cast<T*>(out), data.count);
-        opts.setRoot(root);
-        opts.setReduceFunction(reduction(data.dtype, op));
-        opts.setTag(next_tag());
-        opts.setTimeout(remaining(deadline));
-        gloo::reduce(opts);
-      });
-    });
+    run<gloo::ReduceOptions>("reduce", data.dtype, deadline, [&](auto& opts, auto* t) {
+      opts.setInput(typed(out, t), out.count);
+      opts.setOutput(typed(out, t), out.count);
+      opts.setRoot(root);
+      opts.setReduceFunction(reduction(data.dtype, op));
+    }, [](auto& opts) { gloo::reduce(opts); });
   }
 
   void all_gather(Buffer input, Buffer output, Deadline deadline) override {
-    guarded("all_gather", [&] {
-      with_type(input.dtype, [&](auto t) {
-        using T = decltype(t);
-        gloo::AllgatherOptions opts(context_);
-        if (input.data != static_cast<char*>(output.data) + rank_ * input.bytes()) {
-          opts.setInput(static_cast<T*>(input.data), input.count);
-        }
-        opts.setOutput(static_cast<T*>(output.data), output.count);
-        opts.setTag(next_tag());
-        opts.setTimeout(remaining(deadline));
-        gloo::allgather(opts);
-      });
-    });
+    run<gloo::AllgatherOptions>("all_gather", input.dtype, deadline, [&](auto& opts, auto* t) {
+      if (input.data != static_cast<char*>(output.data) + rank_ * input.bytes()) opts.setInput(typed(input, t), input.count);
+      opts.setOutput(typed(output, t), output.count);
+    }, [](auto& opts) { gloo::allgather(opts); });
   }
 
   void gather(Buffer input, Buffer output, int root, Deadline deadline) override {
-    guarded("gather", [&] {
-      with_type(input.dtype, [&](auto t) {
-        using T = decltype(t);
-        gloo::GatherOptions opts(context_);
-        opts.setInput(static_cast<T*>(input.data), input.count);
-        if (rank_ == root) opts.setOutput(static_cast<T*>(output.data), output.count);
-        opts.setRoot(root);
-        opts.setTag(next_tag());
-        opts.setTimeout(remaining(deadline));
-        gloo::gather(opts);
-      });
-    });
+    run<gloo::GatherOptions>("gather", input.dtype, deadline, [&](auto& opts, auto* t) {
+      opts.setInput(typed(input, t), input.count);
+      if (rank_ == root) opts.setOutput(typed(output, t), output.count);
+      opts.setRoot(root);
+    }, [](auto& opts) { gloo::gather(opts); });
   }
 
   void scatter(Buffer input, Buffer output, int root, Deadline deadline) override {
-    guarded("scatter", [&] {
-      with_type(output.dtype, [&](auto t) {
-        using T = decltype(t);
-        gloo::ScatterOptions opts(context_);
-        if (rank_ == root) {
-          std::vector<T*> chunks;
-          for (int r = 0; r < size_; ++r) chunks.push_back(static_cast<T*>(input.data) + r * output.count);
-          opts.setInputs(chunks, output.count);
-        }
-        opts.setOutput(static_cast<T*>(output.data), output.count);
-        opts.setRoot(root);
-        opts.setTag(next_tag());
-        opts.setTimeout(remaining(deadline));
-        gloo::scatter(opts);
-      });
-    });
+    run<gloo::ScatterOptions>("scatter", output.dtype, deadline, [&](auto& opts, auto* t) {
+      using T = std::remove_pointer_t<decltype(t)>;
+      if (rank_ == root) {
+        std::vector<T*> chunks;
+        for (int r = 0; r < size_; ++r) chunks.push_back(typed(input, t) + r * output.count);
+        opts.setInputs(chunks, output.count);
+      }
+      opts.setOutput(typed(output, t), output.count);
+      opts.setRoot(root);
+    }, [](auto& opts) { gloo::scatter(opts); });
   }
 
-  void reduce_scatter(Buffer input, Buffer output, ReduceOp op, Deadline deadline) override {
-    // Gloo has no general reduce-scatter: all-reduce a copy and keep this rank's chunk.
-    std::vector<char> scratch(static_cast<char*>(input.data), static_cast<char*>(input.data) + input.bytes());
-    Buffer whole = input;
-    whole.data = scratch.data();
-    all_reduce(whole, op, deadline);
-    std::memcpy(output.data, scratch.data() + rank_ * output.bytes(), output.bytes());
-  }
+  // reduce_scatter: Gloo has no general one; Backend's default all-reduces a copy.
 
   void all_to_all(Buffer input, Buffer output, Deadline deadline) override {
-    guarded("all_to_all", [&] {
-      with_type(input.dtype, [&](auto t) {
-        using T = decltype(t);
-        gloo::AlltoallOptions opts(context_);
-        opts.setInput(static_cast<T*>(input.data), input.count);
-        opts.setOutput(static_cast<T*>(output.data), output.count);
-        opts.setTag(next_tag());
-        opts.setTimeout(remaining(deadline));
-        gloo::alltoall(opts);
-      });
-    });
+    run<gloo::AlltoallOptions>("all_to_all", input.dtype, deadline, [&](auto& opts, auto* t) {
+      opts.setInput(typed(input, t), input.count);
+      opts.setOutput(typed(output, t), output.count);
+    }, [](auto& opts) { gloo::alltoall(opts); });
   }
 
   void barrier(Deadline deadline) override {
-    guarded("barrier", [&] {
-      gloo::BarrierOptions opts(context_);
-      opts.setTag(next_tag());
-      opts.setTimeout(remaining(deadline));
-      gloo::barrier(opts);
-    });
+    run<gloo::BarrierOptions>("barrier", DataType::UInt8, deadline, [](auto&, auto*) {},
+                              [](auto& opts) { gloo::barrier(opts); });
   }
 
   Waiter post_send(Buffer data, int dst, std::uint32_t tag) override {
@@ -303,6 +259,28 @@ class GlooBackend final : public Backend {
   }
 
  private:
+  // The envelope of every Gloo collective: `Options` on this context, filled by
+  // fill(opts, (T*)nullptr) for a C++ type T as wide as `dtype` (Gloo only needs the element
+  // size), with the next tag and the time left until `deadline`; then run(opts), its exceptions
+  // turned into ddp's.
+  template <typename Options, typename Fill, typename Run>
+  void run(const char* what, DataType dtype, Deadline deadline, Fill&& fill, Run&& run) {
+    guarded(what, [&] {
+      with_type(dtype, [&](auto t) {
+        Options opts(context_);
+        fill(opts, static_cast<decltype(t)*>(nullptr));
+        opts.setTag(next_tag());
+        opts.setTimeout(remaining(deadline));
+        run(opts);
+      });
+    });
+  }
+
+  template <typename T>
+  static T* typed(const Buffer& b, T*) {
+    return static_cast<T*>(b.data);
+  }
+
   static gloo::AllreduceOptions::Func reduction(DataType dtype, ReduceOp op) {
     return [dtype, op](void* out, const void* a, const void* b, std::size_t n) { detail::reduce(out, a, b, n, dtype, op); };
   }
@@ -320,8 +298,8 @@ class GlooBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_gloo_backend(const BackendContext& context) {
-  return std::make_unique<GlooBackend>(context);
+std::unique_ptr<Backend> make_gloo_backend(const BackendContext& context, GlooPlacement placement) {
+  return std::make_unique<GlooBackend>(context, placement);
 }
 
 }  // namespace ddp::detail

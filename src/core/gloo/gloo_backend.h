@@ -1,4 +1,5 @@
-// The "gloo" backend (Gloo's TCP transport, CPU buffers).
+// Gloo's algorithms over its TCP transport, on CPU buffers: the part of the CPU backend
+// (cpu/cpu_backend.h) that talks between hosts.
 #pragma once
 
 #include <memory>
@@ -7,7 +8,15 @@
 
 namespace ddp::detail {
 
-// Connects the full mesh through context.store. Throws on rendezvous failure or timeout.
-std::unique_ptr<Backend> make_gloo_backend(const BackendContext& context);
+// What the group knows about where its ranks are, for choosing the address Gloo listens on.
+struct GlooPlacement {
+  bool one_network = false;  // every rank is in this rank's network namespace: loopback reaches them all
+};
+
+// Connects the full mesh through context.store. The address: GLOO_SOCKET_IFNAME (as PyTorch) or
+// DDP_SOCKET_IFNAME when set; else loopback for a loopback master; else the local address that
+// routes to the master; else loopback when every rank shares this network; else this host's name,
+// which must resolve (otherwise IOError saying what to set). Throws on rendezvous failure or timeout.
+std::unique_ptr<Backend> make_gloo_backend(const BackendContext& context, GlooPlacement placement = {});
 
 }  // namespace ddp::detail

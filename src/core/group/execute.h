@@ -1,5 +1,5 @@
-// Running one validated operation on a backend, with what every backend shares: emulation of
-// AVG and of 16-bit float reductions the backend lacks, and the debug-mode agreement check.
+// Running one validated operation on a backend (what it lacks emulated: group/emulation.h), and
+// the debug-mode agreement check.
 #pragma once
 
 #include "ddp/backend.h"

@@ -8,11 +8,11 @@ namespace {
 
 class LocalBackend final : public Backend {
  public:
-  explicit LocalBackend(std::string_view name) : name_(name) {}
+  LocalBackend(std::string_view name, DeviceFilter accepts) : name_(name), accepts_(std::move(accepts)) {}
   std::string_view name() const override { return name_; }
   int rank() const override { return 0; }
   int size() const override { return 1; }
-  bool accepts(const Device&) const override { return true; }
+  bool accepts(const Device& device) const override { return accepts_(device); }
   bool supports(DataType, ReduceOp) const override { return true; }  // the reduction of one value is itself
 
   void all_reduce(Buffer, ReduceOp, Deadline) override {}
@@ -30,10 +30,13 @@ class LocalBackend final : public Backend {
 
  private:
   std::string name_;
+  DeviceFilter accepts_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_local_backend(std::string_view name) { return std::make_unique<LocalBackend>(name); }
+std::unique_ptr<Backend> make_local_backend(std::string_view name, DeviceFilter accepts) {
+  return std::make_unique<LocalBackend>(name, std::move(accepts));
+}
 
 }  // namespace ddp::detail

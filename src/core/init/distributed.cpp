@@ -13,7 +13,7 @@
 #include "init/launch_env.h"
 #include "nccl/nccl_backend.h"
 #include "util/log.h"
-#include "util/rethrow.h"
+#include "util/error_kind.h"
 
 namespace ddp {
 
@@ -173,7 +173,7 @@ std::string get_backend(const std::shared_ptr<ProcessGroup>& group) {
 }
 
 void barrier(const std::shared_ptr<ProcessGroup>& group) {
-  issue_and_wait([&] { return require(group, "barrier")->barrier(); });
+  require(group, "barrier")->barrier(Launch::OnWait)->wait();
 }
 
 std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks, std::optional<std::chrono::milliseconds> timeout,

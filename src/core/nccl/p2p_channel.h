@@ -15,7 +15,7 @@
 #include <string>
 
 #include "ddp/backend.h"
-#include "group/worker.h"
+#include "util/worker.h"
 #include "nccl/communicator.h"
 
 namespace ddp::detail {

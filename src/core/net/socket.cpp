@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "ddp/error.h"
+#include "util/log.h"
 #include "util/strings.h"
 
 namespace ddp::detail {
@@ -76,6 +77,7 @@ Fd connect_with_retry(const std::string& host, std::uint16_t port, Clock::time_p
   const auto start = Clock::now();
   auto backoff = std::chrono::milliseconds(10);
   std::string last_error = "no attempt made";
+  bool told_unresolved = false;
   for (;;) {
     AddrInfo info;
     addrinfo hints{};
@@ -85,6 +87,15 @@ Fd connect_with_retry(const std::string& host, std::uint16_t port, Clock::time_p
     int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &info.list);
     if (rc != 0) {
       last_error = cat("cannot resolve host ", quote(host), ": ", gai_strerror(rc));
+      if (!told_unresolved) {
+        // Said at once, not only at the deadline (30 minutes by default): a name that does not
+        // resolve (localhost without /etc/hosts, a typo) rarely starts resolving later.
+        log(LogLevel::Warn, "connecting to ", what, " at ", host, ":", port, ": ", last_error,
+            "; retrying until the timeout (", format_duration(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                 deadline - Clock::now())),
+            "). Use an IP address (e.g. MASTER_ADDR=127.0.0.1 on one machine) or add the name to /etc/hosts.");
+        told_unresolved = true;
+      }
     } else {
       for (addrinfo* a = info.list; a; a = a->ai_next) {
         Fd fd(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol));
@@ -240,6 +251,14 @@ std::string local_address_toward(const std::string& host) {
     if (::inet_ntop(local.ss_family, src, text, sizeof text)) return text;
   }
   return {};
+}
+
+bool resolves(const std::string& host) {
+  AddrInfo info;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  return ::getaddrinfo(host.c_str(), nullptr, &hints, &info.list) == 0;
 }
 
 bool is_loopback_host(const std::string& host) {

@@ -35,8 +35,9 @@ class Fd {
 };
 
 // Connects to host:port, retrying refused or unreachable attempts with backoff until `deadline`.
-// `what` names the peer for messages ("the store"). Throws TimeoutError with host:port, the time
-// waited, the last error and what to check.
+// `what` names the peer for messages ("the store"). A host that does not resolve is logged at
+// once (a warning) and retried too. Throws TimeoutError with host:port, the time waited, the last
+// error and what to check.
 Fd connect_with_retry(const std::string& host, std::uint16_t port, Clock::time_point deadline,
                       std::string_view what);
 
@@ -64,6 +65,9 @@ std::string local_hostname();
 // The local IP address this machine would use to reach `host` (the interface routing there).
 // Empty when `host` cannot be resolved.
 std::string local_address_toward(const std::string& host);
+
+// Whether `host` (a name or an address) resolves to at least one address.
+bool resolves(const std::string& host);
 
 // True for "localhost", 127.x.y.z and ::1.
 bool is_loopback_host(const std::string& host);

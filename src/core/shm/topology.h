@@ -15,6 +15,7 @@ struct Identity {
   bool enabled = true;  // its DDP_SHM allows shared memory
   pid_t pid = 0;
   std::string host;     // ranks with equal `host` can share memory
+  std::string network;  // ranks with equal `network` reach each other over loopback (no spaces)
 
   bool operator==(const Identity&) const = default;
 };
@@ -25,6 +26,10 @@ std::optional<Identity> decode_identity(const std::string& text);
 // This process's host identity: hostname, boot id (/proc/sys/kernel/random/boot_id) and pid
 // namespace, so that containers sharing a hostname but not memory or pids are kept apart.
 std::string local_host_identity();
+// This process's network identity: boot id and network namespace.
+std::string local_network_identity();
+// True when every rank's `network` is the same (and known): loopback connects them all.
+bool one_network(const std::vector<Identity>& ids);
 
 // How a group's ranks are placed. Pure: the same records give the same plan on every rank.
 struct Plan {

@@ -1,11 +1,10 @@
-#include "group/worker.h"
+#include "util/worker.h"
 
 #include <pthread.h>
 
 namespace ddp::detail {
 
-Worker::Worker(std::string name, std::chrono::milliseconds idle_check)
-    : idle_check_(idle_check), name_(std::move(name)), thread_([this] { run(); }) {}
+Worker::Worker(std::string name) : name_(std::move(name)), thread_([this] { run(); }) {}
 
 Worker::~Worker() { stop(); }
 
@@ -66,10 +65,8 @@ void Worker::run() {
   ::pthread_setname_np(::pthread_self(), name_.substr(0, 15).c_str());
   std::unique_lock lock(mutex_);
   for (;;) {
-    // Timed, so that a task posted without a wake-up is never left behind for long.
     waiting_ = true;
-    while (!ready_.wait_for(lock, idle_check_, [&] { return !busy_ && (stopping_ || !tasks_.empty()); })) {
-    }
+    ready_.wait(lock, [&] { return !busy_ && (stopping_ || !tasks_.empty()); });
     waiting_ = false;
     if (tasks_.empty()) return;  // stopping, and nothing left
     auto task = start_next();

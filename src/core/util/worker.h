@@ -1,10 +1,10 @@
-// A thread that runs tasks one at a time in the order they were posted. A caller that would only
-// wait for its task may post it without waking the worker and run it itself (run_here) when it is
-// next and nothing runs: that saves the two thread hand-offs (the worker's wake-up, then the
-// caller's), most of a small collective's time (ddp::issue_and_wait).
+// A thread that runs tasks one at a time in the order they were posted. A task may also be posted
+// without waking the worker (wake=false), by a caller that means to run it itself once it is next
+// (run_here): that saves two thread hand-offs, most of a small collective's time (Launch::OnWait
+// in ddp/process_group.h). Such a task runs when its poster calls run_here or wake(), or when the
+// worker is woken for a later task; the worker never polls, it sleeps until woken.
 #pragma once
 
-#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -17,31 +17,30 @@ namespace ddp::detail {
 
 class Worker {
  public:
-  // `idle_check`: how often an idle worker looks at its queue without being woken.
-  explicit Worker(std::string name, std::chrono::milliseconds idle_check = kIdleCheck);
+  // `name`: the thread's name (first 15 characters), for debuggers and `top -H`.
+  explicit Worker(std::string name);
   // Runs every task already posted, then joins (as stop()).
   ~Worker();
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
 
-  // Tasks must not throw (they report through their Work). Returns the task's ticket. With
-  // wake=false the worker is not woken for it: the poster means to run_here(ticket) or wake()
-  // soon; should it not, the idle worker finds the task within kIdleCheck anyway.
+  // Queues `task` (it must not throw: it reports through its Work) and returns its ticket. With
+  // wake=false the worker is not woken for it: the poster must later run_here(ticket) or wake().
   std::uint64_t post(std::function<void()> task, bool wake = true);
-  static constexpr std::chrono::milliseconds kIdleCheck{20};
 
-  // Makes the worker look at its queue (for a task posted with wake=false).
+  // Makes the worker run what is queued (a task posted with wake=false among it).
   void wake();
 
   // Runs task `ticket` on the calling thread if it is the next one and no task is running; false
-  // (and nothing done) otherwise, and always once stop() began. Tasks still run one at a time, in order.
+  // (and nothing done) otherwise, and always once stop() began. Tasks still run one at a time, in
+  // order: a task queued behind it is handed to the worker when it returns.
   bool run_here(std::uint64_t ticket);
 
   // Waits for a task running on a caller's thread, runs every task already posted, then joins.
   // Idempotent.
   void stop();
 
-  // True while the worker thread waits for a task (for tests).
+  // True while the worker thread sleeps waiting for a task (for tests).
   bool waiting();
 
  private:
@@ -57,9 +56,8 @@ class Worker {
   std::condition_variable ready_;
   std::deque<Task> tasks_;
   std::uint64_t next_ticket_ = 0;
-  bool busy_ = false;  // a task is running (here or on a caller's thread)
+  bool busy_ = false;     // a task is running (here or on a caller's thread)
   bool waiting_ = false;
-  const std::chrono::milliseconds idle_check_;
   bool stopping_ = false;
   std::string name_;
   std::thread thread_;

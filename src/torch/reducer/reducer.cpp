@@ -23,7 +23,7 @@
 #include "reducer/model_sync.h"
 #include "reducer/readiness.h"
 #include "reducer/timeline.h"
-#include "util/rethrow.h"
+#include "util/error_kind.h"
 #include "util/strings.h"
 
 namespace ddp::detail {

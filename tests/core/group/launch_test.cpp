@@ -1,18 +1,18 @@
-// issue_and_wait: a blocking collective runs on its caller's thread (the group's worker is not
-// woken for it), in issue order, with the same results and errors as on the worker; and the
-// worker's run_here/post-without-wake-up that it is built on.
+// Launch::OnWait: a collective its caller waits for at once runs on the caller's thread (the
+// group's worker is not woken for it), in issue order, with the same results and errors as on the
+// worker; one nobody waits for is not left behind; and the worker's run_here/post-without-wake-up
+// that it is built on, with a worker that sleeps until woken.
 #include <gtest/gtest.h>
 #include <signal.h>
 
 #include <atomic>
 #include <future>
 #include <numeric>
-#include <stdexcept>
 #include <thread>
 
 #include "ddp/distributed.h"
 #include "ddp/error.h"
-#include "group/worker.h"
+#include "util/worker.h"
 #include "support/expect_error.h"
 #include "support/multiprocess.h"
 
@@ -27,7 +27,7 @@ using test::expect_error;
 
 // A worker that has gone to sleep and will not look at its queue again unless woken.
 std::unique_ptr<detail::Worker> sleeping_worker() {
-  auto worker = std::make_unique<detail::Worker>("test", std::chrono::hours(1));
+  auto worker = std::make_unique<detail::Worker>("test");
   while (!worker->waiting()) std::this_thread::yield();
   return worker;
 }
@@ -68,14 +68,29 @@ TEST(Worker, RunHereRefusesWhileATaskRunsAndTheWorkerRunsItAfter) {
   EXPECT_NE(ran_on.get(), std::this_thread::get_id());
 }
 
-TEST(Worker, ATaskPostedWithoutAWakeUpIsNotLeftBehind) {
-  detail::Worker worker("test");
+TEST(Worker, SleepsUntilWokenForATaskPostedWithoutAWakeUp) {
+  auto sleeping = sleeping_worker();
+  auto& worker = *sleeping;
   std::promise<void> ran;
-  const auto start = Clock::now();
+  auto done = ran.get_future();
   worker.post([&] { ran.set_value(); }, /*wake=*/false);  // and nobody runs it here
-  ASSERT_EQ(ran.get_future().wait_for(5s), std::future_status::ready);
-  EXPECT_LT(Clock::now() - start, 1s) << "the idle worker checks its queue every " << detail::Worker::kIdleCheck.count()
-                                      << " ms";
+  EXPECT_EQ(done.wait_for(300ms), std::future_status::timeout) << "the worker polled its queue";
+  worker.wake();
+  ASSERT_EQ(done.wait_for(5s), std::future_status::ready);
+}
+
+TEST(Worker, ATaskPostedWithoutAWakeUpRunsBeforeALaterTaskThatWakesTheWorker) {
+  auto sleeping = sleeping_worker();
+  auto& worker = *sleeping;
+  std::vector<int> order;
+  std::promise<void> both;
+  worker.post([&] { order.push_back(1); }, /*wake=*/false);
+  worker.post([&] {
+    order.push_back(2);
+    both.set_value();
+  });
+  ASSERT_EQ(both.get_future().wait_for(5s), std::future_status::ready);
+  EXPECT_EQ(order, (std::vector<int>{1, 2}));
 }
 
 TEST(Worker, StopWaitsForATaskRunningOnACallersThreadThenDrains) {
@@ -111,28 +126,39 @@ void check_runs_on_callers_thread(int rank, int world) {
   for (int i = 0; i < kOps; ++i) {
     std::vector<float> data(1000 + i, static_cast<float>(rank + 1));
     std::thread::id finished_on;
-    issue_and_wait([&] {
-      auto work = group->all_reduce(buffer_of(data.data(), data.size()));
-      work->then([&](Work&) { finished_on = std::this_thread::get_id(); });
-      return work;
-    });
+    auto work = group->all_reduce(buffer_of(data.data(), data.size()), ReduceOp::SUM, Launch::OnWait);
+    work->then([&](Work&) { finished_on = std::this_thread::get_id(); });
+    work->wait();
     ASSERT_EQ(data.front(), expected_sum(world));
     ASSERT_EQ(data.back(), expected_sum(world));
     here += finished_on == std::this_thread::get_id();
   }
-  // Only the worker's idle check (every 20 ms) can take one first, in the microseconds between
-  // the post and the run.
-  EXPECT_GE(here, kOps - 5) << "ran on the caller's thread " << here << " times of " << kOps;
+  // Nothing wakes the worker for these ops; only a spurious wake-up of its condition variable could.
+  EXPECT_GE(here, kOps - 1) << "ran on the caller's thread " << here << " times of " << kOps;
   destroy_process_group();
 }
 
-TEST(IssueAndWait, RunsTheCollectiveOnTheCallersThreadOverSharedMemory) { test::run_ranks(3, check_runs_on_callers_thread); }
+TEST(LaunchOnWait, RunsTheCollectiveOnTheCallersThreadOverSharedMemory) { test::run_ranks(3, check_runs_on_callers_thread); }
 
-TEST(IssueAndWait, RunsTheCollectiveOnTheCallersThreadOverGlooTcp) {
+TEST(LaunchOnWait, RunsTheCollectiveOnTheCallersThreadOverGlooTcp) {
   test::run_ranks(2, check_runs_on_callers_thread, {.env = {{"DDP_SHM", "0"}}});
 }
 
-TEST(IssueAndWait, WaitsBehindQueuedAsyncOpsInIssueOrder) {
+TEST(LaunchOnWait, AnAsyncOpRunsOnTheWorker) {
+  test::run_ranks(2, [](int rank, int world) {
+    init_process_group("gloo", {.timeout = 60s});
+    float x = rank + 1;
+    std::thread::id finished_on;
+    auto work = get_default_group()->all_reduce(buffer_of(&x, 1));
+    work->then([&](Work&) { finished_on = std::this_thread::get_id(); });
+    work->wait();
+    EXPECT_EQ(x, expected_sum(world));
+    EXPECT_NE(finished_on, std::this_thread::get_id());
+    destroy_process_group();
+  });
+}
+
+TEST(LaunchOnWait, WaitsBehindQueuedAsyncOpsInIssueOrder) {
   test::run_ranks(3, [](int rank, int world) {
     init_process_group("gloo", {.timeout = 60s});
     auto group = get_default_group();
@@ -140,7 +166,7 @@ TEST(IssueAndWait, WaitsBehindQueuedAsyncOpsInIssueOrder) {
     std::vector<std::shared_ptr<Work>> works;
     for (auto& q : queued) works.push_back(group->all_reduce(buffer_of(q.data(), q.size())));
     std::int64_t x = rank + 1;
-    issue_and_wait([&] { return group->all_reduce(buffer_of(&x, 1), ReduceOp::MAX); });
+    group->all_reduce(buffer_of(&x, 1), ReduceOp::MAX, Launch::OnWait)->wait();
     EXPECT_EQ(x, world);
     for (auto& w : works) EXPECT_TRUE(w->is_completed()) << "an op issued earlier finished after a later one";
     for (auto& q : queued) EXPECT_EQ(q[12345], expected_sum(world));
@@ -148,52 +174,51 @@ TEST(IssueAndWait, WaitsBehindQueuedAsyncOpsInIssueOrder) {
   });
 }
 
-TEST(IssueAndWait, AnIssuerThatThrowsOrWaitsItselfLeavesNothingStuck) {
+TEST(LaunchOnWait, AnOpNobodyWaitsForIsNotLeftBehind) {
   test::run_ranks(2, [](int rank, int world) {
     init_process_group("gloo", {.timeout = 60s});
     auto group = get_default_group();
-    float x = rank + 1;
-    std::shared_ptr<Work> posted;
-    EXPECT_THROW(issue_and_wait([&]() -> std::shared_ptr<Work> {
-                   posted = group->all_reduce(buffer_of(&x, 1));
-                   throw std::runtime_error("the issuing code failed after issuing");
-                 }),
-                 std::runtime_error);
+    const float sum = expected_sum(world);
+    // Polling starts it (on the worker).
+    float a = rank + 1;
+    auto polled = group->all_reduce(buffer_of(&a, 1), ReduceOp::SUM, Launch::OnWait);
     auto start = Clock::now();
-    posted->wait();  // handed to the worker when the issuer threw
-    EXPECT_EQ(x, expected_sum(world));
-    EXPECT_LT(Clock::now() - start, 5s);
-
-    start = Clock::now();
-    issue_and_wait([&] {
-      auto work = group->all_reduce(buffer_of(&x, 1));
-      work->wait();  // not what issue_and_wait expects, but the idle worker finds the op
-      return work;
-    });
-    EXPECT_EQ(x, 2 * expected_sum(world));
-    EXPECT_LT(Clock::now() - start, 5s);
-
-    expect_error<InvalidArgument>([&] { issue_and_wait([] { return std::shared_ptr<Work>(); }); }, {"no Work"});
+    while (!polled->is_completed()) {
+      ASSERT_LT(Clock::now() - start, 10s) << "is_completed() did not start the op";
+      std::this_thread::sleep_for(1ms);
+    }
+    EXPECT_EQ(a, sum);
+    // A bounded wait hands it to the worker too.
+    float b = rank + 1;
+    group->all_reduce(buffer_of(&b, 1), ReduceOp::SUM, Launch::OnWait)->wait(10s);
+    EXPECT_EQ(b, sum);
+    // One whose Work is dropped runs when a later Async op is issued, before it.
+    float c = rank + 1, d = rank + 1;
+    group->all_reduce(buffer_of(&c, 1), ReduceOp::SUM, Launch::OnWait).reset();
+    group->all_reduce(buffer_of(&d, 1))->wait();
+    EXPECT_EQ(c, sum);
+    EXPECT_EQ(d, sum);
+    // And when the group is destroyed.
+    float e = rank + 1;
+    group->all_reduce(buffer_of(&e, 1), ReduceOp::SUM, Launch::OnWait).reset();
+    group.reset();
     destroy_process_group();
+    EXPECT_EQ(e, sum);
   });
 }
 
-TEST(IssueAndWait, APeerKilledBeforeTheOpIsNamedByTheRankRunningItOnItsOwnThread) {
-  auto results = test::run_ranks(2, [](int rank, int) {
+TEST(LaunchOnWait, APeerKilledBeforeTheOpIsNamedByTheRankRunningItOnItsOwnThread) {
+  test::run_ranks(2, [](int rank, int) {
     init_process_group("gloo", {.timeout = 30s});
     auto group = get_default_group();
     float x = 1;
-    issue_and_wait([&] { return group->all_reduce(buffer_of(&x, 1)); });
+    group->all_reduce(buffer_of(&x, 1), ReduceOp::SUM, Launch::OnWait)->wait();
     if (rank == 1) ::raise(SIGKILL);
     const auto start = Clock::now();
-    expect_error<PeerLostError>([&] { issue_and_wait([&] { return group->all_reduce(buffer_of(&x, 1)); }); },
+    expect_error<PeerLostError>([&] { group->all_reduce(buffer_of(&x, 1), ReduceOp::SUM, Launch::OnWait)->wait(); },
                                 {"all_reduce #1", "group 'world'", "Lost rank 1"});
     EXPECT_LT(Clock::now() - start, 15s) << "the timeout is 30 s";
-  }, {.expect_success = false});
-  if (test::is_rank_process()) return;
-  ASSERT_EQ(results.size(), 2u);
-  EXPECT_TRUE(results[0].ok()) << results[0].output;
-  EXPECT_EQ(results[1].signal, SIGKILL);
+  }, {.killed = {1}});
 }
 
 }  // namespace

@@ -1,0 +1,99 @@
+#include "group/failure.h"
+
+#include <thread>
+
+#include "ddp/prefix_store.h"
+#include "store/lost_ranks.h"
+#include "util/strings.h"
+
+namespace ddp::detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// How long a failing rank looks for lost-rank records, which may trail the socket error by a moment.
+constexpr auto kLostRecordGrace = std::chrono::milliseconds(1500);
+
+std::string failed_key(int rank) { return "failed/" + std::to_string(rank); }
+
+// The store the TCPStore server writes lost-rank records to: under every PrefixStore.
+std::shared_ptr<Store> root_of(std::shared_ptr<Store> store) {
+  while (auto prefixed = std::dynamic_pointer_cast<PrefixStore>(store)) store = prefixed->underlying();
+  return store;
+}
+
+}  // namespace
+
+FailureHandler::FailureHandler(std::shared_ptr<Store> diag, std::string group, int rank, std::vector<int> global_ranks)
+    : diag_(std::move(diag)), root_(root_of(diag_)), group_(std::move(group)), rank_(rank),
+      global_ranks_(std::move(global_ranks)) {}
+
+std::string FailureHandler::where(const Op& op) const {
+  return cat(describe(op), " in group '", group_, "' on rank ", rank_);
+}
+
+ErrorInfo FailureHandler::explain(const Op& op, const std::exception_ptr& cause, std::chrono::milliseconds elapsed,
+                                  std::chrono::milliseconds timeout) {
+  ErrorInfo info = classify(cause);
+  Diagnosis diagnosis;
+  if (global_ranks_.size() > 1 && info.kind != ErrorKind::InvalidArgument && info.kind != ErrorKind::Mismatch) {
+    diagnosis = diagnose(op, info.kind);
+  }
+  if (diagnosis.kind == Diagnosis::Kind::Lost) info.kind = ErrorKind::PeerLost;
+  if (diagnosis.kind == Diagnosis::Kind::Mismatch) info.kind = ErrorKind::Mismatch;
+  std::string message = info.kind == ErrorKind::Timeout
+                            ? cat(where(op), " timed out after ", format_duration(elapsed), " (the group's timeout is ",
+                                  format_duration(timeout), ")")
+                            : cat(where(op), " failed after ", format_duration(elapsed));
+  message += cat(": ", info.message);
+  if (!diagnosis.text.empty()) message += cat(". ", diagnosis.text);
+  return {info.kind, std::move(message)};
+}
+
+ErrorInfo FailureHandler::explain_p2p(const Op& op, const std::exception_ptr& cause) {
+  ErrorInfo info = classify(cause);
+  std::string message = cat(where(op), " failed: ", info.message);
+  auto lost = find_lost_ranks(*root_, {global_ranks_[op.peer]});
+  if (!lost.empty()) {
+    info.kind = ErrorKind::PeerLost;
+    message += cat(". Rank ", op.peer, " was lost (", lost.front().second, ")");
+  }
+  return {info.kind, std::move(message)};
+}
+
+std::string FailureHandler::explain_stall(const Op& op) {
+  auto peers = read_peer_states(*diag_, *root_, rank_, global_ranks_, kDiagnosisBudget);
+  return detail::diagnose(op, rank_, peers).text;
+}
+
+void FailureHandler::record(const std::string& message) noexcept {
+  try {
+    diag_->set(failed_key(rank_), message);
+  } catch (...) {
+  }
+}
+
+Diagnosis FailureHandler::diagnose(const Op& op, ErrorKind kind) {
+  const auto until = Clock::now() + (kind == ErrorKind::PeerLost ? kLostRecordGrace : std::chrono::milliseconds(0));
+  for (;;) {
+    auto peers = read_peer_states(*diag_, *root_, rank_, global_ranks_, kDiagnosisBudget);
+    Diagnosis diagnosis = detail::diagnose(op, rank_, peers);
+    if (diagnosis.kind == Diagnosis::Kind::Lost || diagnosis.kind == Diagnosis::Kind::Mismatch) return diagnosis;
+    if (!peers.store_error.empty()) return diagnosis;
+    if (auto first = first_failure()) return {Diagnosis::Kind::Behind, *first};
+    if (Clock::now() >= until) return diagnosis;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+std::optional<std::string> FailureHandler::first_failure() {
+  try {
+    for (int r = 0; r < static_cast<int>(global_ranks_.size()); ++r) {
+      if (r != rank_ && diag_->check({failed_key(r)})) return cat("Rank ", r, " failed first: ", diag_->get(failed_key(r)));
+    }
+  } catch (...) {
+  }
+  return std::nullopt;
+}
+
+}  // namespace ddp::detail

@@ -1,0 +1,58 @@
+// What a group does when one of its operations fails: it explains the failure from what the
+// other ranks recorded in the store (lost-rank records, progress records, the first failure a
+// peer noted) and leaves its own note for the peers' explanations. Runs on the thread that ran
+// the op; reads the store on a connection of its own with a short timeout, so a broken store
+// bounds it too.
+#pragma once
+
+#include <chrono>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ddp/store.h"
+#include "group/diagnosis.h"
+#include "group/op.h"
+#include "util/error_kind.h"
+
+namespace ddp::detail {
+
+// What reading the peers' records may cost when explaining a failure: the timeout of the
+// store connection the handler reads through.
+inline constexpr std::chrono::milliseconds kDiagnosisBudget{5000};
+
+class FailureHandler {
+ public:
+  // `diag`: the group's keys, on a connection of its own. `global_ranks[r]`: group rank r's global rank.
+  FailureHandler(std::shared_ptr<Store> diag, std::string group, int rank, std::vector<int> global_ranks);
+
+  // "all_reduce #12 (float32 x 4, SUM) in group 'world' on rank 1".
+  std::string where(const Op& op) const;
+
+  // The error a collective's failure becomes: where, how long it ran, the cause and what the
+  // peers were doing. Its kind follows the evidence (a lost peer: PeerLost; ranks that called
+  // different ops: Mismatch), else the cause's. Argument errors are passed on unexplained.
+  ErrorInfo explain(const Op& op, const std::exception_ptr& cause, std::chrono::milliseconds elapsed,
+                    std::chrono::milliseconds timeout);
+  // The same for a send or recv: names the peer when the store records it as lost.
+  ErrorInfo explain_p2p(const Op& op, const std::exception_ptr& cause);
+  // What a caller's Work::wait(timeout) on `op` reports when it runs out.
+  std::string explain_stall(const Op& op);
+
+  // Leaves this rank's failure where the peers' explanations find it. Never throws.
+  void record(const std::string& message) noexcept;
+
+ private:
+  Diagnosis diagnose(const Op& op, ErrorKind kind);
+  std::optional<std::string> first_failure();
+
+  std::shared_ptr<Store> diag_;
+  std::shared_ptr<Store> root_;  // where the store server writes lost-rank records, on diag_'s connection
+  std::string group_;
+  int rank_;
+  std::vector<int> global_ranks_;
+};
+
+}  // namespace ddp::detail

@@ -1,0 +1,81 @@
+#include "group/join.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <thread>
+#include <vector>
+
+#include "ddp/error.h"
+#include "net/socket.h"
+#include "util/strings.h"
+
+namespace ddp::detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string identity() { return cat("pid ", ::getpid(), " on ", local_hostname()); }
+
+// Before failing, wait (briefly) until every rank that came has seen the error: the rank that
+// hosts the store must not take it down while the others are still looking.
+[[noreturn]] void leave_with(Store& store, const std::string& message) {
+  try {
+    store.add("join_error_seen", 1);
+    const auto until = Clock::now() + std::chrono::seconds(3);
+    while (store.add("join_error_seen", 0) < store.add("claims", 0) && Clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  } catch (...) {
+  }
+  throw MismatchError(message);
+}
+
+// The first conflict found is the one every rank reports.
+[[noreturn]] void join_failed(Store& store, const std::string& message) {
+  leave_with(store, store.compare_set("join_error", "", message));
+}
+
+}  // namespace
+
+void join_group(Store& store, const std::string& name, int rank, int size, std::chrono::milliseconds timeout) {
+  const std::string me = identity();
+  store.add("claims", 1);
+  const std::string owner = store.compare_set(cat("rank/", rank, "/owner"), "", me);
+  if (owner != me) {
+    join_failed(store, cat("two processes claim rank ", rank, " of group '", name, "': ", owner, " and ", me,
+                           ". Each process needs its own RANK (check the launcher or the RANK variable)."));
+  }
+  const std::string claimed = store.compare_set("size", "", cat(size, " (said by rank ", rank, ", ", me, ")"));
+  if (parse_int(claimed.substr(0, claimed.find(' '))).value_or(-1) != size) {
+    join_failed(store, cat("ranks disagree on the size of group '", name, "': rank ", rank, " (", me,
+                           ") has world size ", size, ", but the size is ", claimed,
+                           ". Start every process with the same WORLD_SIZE."));
+  }
+  store.set(cat("joined/", rank), me);
+  std::vector<std::string> keys;
+  for (int r = 0; r < size; ++r) keys.push_back(cat("joined/", r));
+  const auto start = Clock::now();
+  const auto deadline = start + timeout;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    try {
+      store.wait(keys, std::clamp(left, std::chrono::milliseconds(1), std::chrono::milliseconds(500)));
+      return;
+    } catch (const TimeoutError&) {
+    }
+    if (store.check({"join_error"})) leave_with(store, store.get("join_error"));
+    if (Clock::now() >= deadline) break;
+  }
+  std::vector<int> missing;
+  for (int r = 0; r < size; ++r) {
+    if (!store.check({cat("joined/", r)})) missing.push_back(r);
+  }
+  throw TimeoutError(cat("group '", name, "': rank", missing.size() == 1 ? " " : "s ", join(missing), " of ", size,
+                         " did not join within ",
+                         format_duration(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start)),
+                         ". They may not have been started, may have crashed before joining, or may be using another "
+                         "MASTER_ADDR/MASTER_PORT or WORLD_SIZE."));
+}
+
+}  // namespace ddp::detail
