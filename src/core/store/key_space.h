@@ -43,9 +43,10 @@ class KeySpace {
   // How a change looks to a watcher.
   enum class Change : std::uint8_t { Created, Updated, Deleted };
 
-  // A change to a watched key, for its watchers (PyTorch 1.13's watch_key).
+  // A change to a watched key, for its watchers (PyTorch 1.13's watch_key). (No default member
+  // initializers: clang cannot use them in std::optional<Notice> inside this class.)
   struct Notice {
-    Change change = Change::Updated;
+    Change change;
     std::string key;
     std::string old_value;  // empty for a created key
     std::string new_value;  // empty for a deleted key

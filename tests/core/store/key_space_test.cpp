@@ -177,6 +177,25 @@ TEST(KeySpace, AddAndCompareSetWakeWaitersAsASetDoes) {
   EXPECT_EQ(clients_of(keys.compare_set("cas", "", "x").effects.answers), (Ids{2}));
 }
 
+TEST(KeySpace, AnAddThatOverflowsIsRefusedAndChangesNothing) {
+  KeySpace keys;
+  keys.watch(1, "n");
+  EXPECT_EQ(keys.add("n", std::numeric_limits<std::int64_t>::max()).value, std::numeric_limits<std::int64_t>::max());
+  try {
+    keys.add("n", 1);
+    FAIL() << "no error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("store add(\"n\", 1): the counter holds 9223372036854775807 and the sum "
+                                         "does not fit in 64 bits"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(*keys.find("n"), "9223372036854775807");
+  keys.set("low", std::to_string(std::numeric_limits<std::int64_t>::min()));
+  EXPECT_THROW(keys.add("low", -1), InvalidArgument);
+  EXPECT_EQ(keys.add("low", 1).value, std::numeric_limits<std::int64_t>::min() + 1);
+}
+
 TEST(KeySpace, AppendPastTheLimitChangesNothing) {
   KeySpace keys;
   keys.append("log", "abc", 5);

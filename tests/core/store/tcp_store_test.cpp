@@ -236,6 +236,19 @@ TEST(TCPStore, ClosesOnlyTheConnectionThatSendsGarbage) {
   EXPECT_EQ(newcomer.get("after"), "garbage");
 }
 
+TEST(TCPStore, AnAddThatOverflowsIsAnInvalidArgumentAndTheConnectionServesOn) {
+  TCPStoreServer server(0, "");
+  TCPStore store(client_of(server));
+  store.add("big", std::numeric_limits<std::int64_t>::max());
+  try {
+    store.add("big", 1);
+    FAIL() << "no error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("the sum does not fit in 64 bits"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(store.get("big"), "9223372036854775807");
+}
+
 TEST(TCPStore, RejectsValuesOverTheLimitOnTheClient) {
   TCPStoreServer server(0, "");
   TCPStore store(client_of(server));
