@@ -4,9 +4,8 @@
 // and the server's protocol handlers turn that into bytes. Both protocols share one key space,
 // so a key set by either kind of client wakes the waiters and watchers of both.
 //
-// Clients are named by an id the server chooses (its socket's descriptor). A client has at most
-// one parked wait at a time: it sends nothing else until the wait is answered. Not thread-safe:
-// the server's one thread owns it.
+// Clients are named by an id the server chooses (its socket's descriptor). Not thread-safe: the
+// server's one thread owns it.
 #pragma once
 
 #include <chrono>
@@ -91,7 +90,7 @@ class KeySpace {
 
   // The answer now when every key exists; otherwise parks `client` on the missing keys until
   // they all exist (a later change's Effects answer it) or `deadline` passes (expire answers
-  // it). Precondition: the client has no parked wait.
+  // it). A client has one wait at most: a new one replaces its parked one.
   std::optional<Answer> wait(ClientId client, Want want, std::vector<std::string> keys,
                              Clock::time_point deadline = kNoDeadline);
   // Forgets the client's parked wait, if any (PyTorch's CANCEL_WAIT). Returns whether there was one.
