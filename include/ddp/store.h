@@ -27,7 +27,8 @@ class Store {
   std::string get(const std::string& key) { return get(key, timeout()); }
 
   // Atomically adds `delta` to the integer counter at `key` (created as 0) and returns the new
-  // value. Throws InvalidArgument when the key holds something that is not an integer.
+  // value. Throws InvalidArgument when the key holds something that is not an integer, or when
+  // the sum does not fit in 64 bits.
   virtual std::int64_t add(const std::string& key, std::int64_t delta) = 0;
 
   // Atomically: if the key's current value equals `expected` (or the key is missing and

@@ -36,7 +36,7 @@ inline constexpr std::size_t kMaxStoreKeyBytes = std::size_t{64} << 10;
 
 class TCPStoreServer;
 namespace detail {
-class StoreConnection;  // one connection in one protocol (src/core/store/tcp_store.cpp)
+class StoreConnection;  // one connection in one protocol (src/core/store/connection.h)
 }
 
 // The protocol a TCPStore client speaks to its server.

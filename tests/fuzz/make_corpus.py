@@ -42,6 +42,16 @@ seeds = {
     "torch_validated": bytes([3]) + bytes([0]) + struct.pack("<I", 0x3C85F7CE) + bytes([1]) + b64(b"/key") + b64(b"value")
     + bytes([13]) + struct.pack("<I", 99) + bytes([10]) + struct.pack("<Q", 2) + b64(b"/a") + b64(b"/b"),
     "torch_bytes": bytes([4]) + b64(b"some value"),
+    # Key-space steps: a client byte before each ddp request (hello advances the clock by its rank field).
+    "key_space_steps": bytes([5]) + bytes([1]) + frame(bytes([3]) + b32(b"k") + struct.pack("<q", 100))
+    + bytes([2]) + frame(bytes([6]) + struct.pack("<I", 1) + b32(b"k"))
+    + bytes([3]) + frame(bytes([2]) + b32(b"k") + b32(b"v"))
+    + bytes([1]) + frame(bytes([7]) + struct.pack("<I", 2) + b32(b"a") + b32(b"k") + struct.pack("<q", 50))
+    + bytes([0]) + frame(bytes([1]) + struct.pack("<H", 1) + b32(b"") + struct.pack("<qqq", 0, 60, 0) + b32(b""))
+    + bytes([3]) + frame(bytes([4]) + b32(b"k") + struct.pack("<q", 1))
+    + bytes([3]) + frame(bytes([5]) + b32(b"k") + b32(b"v") + b32(b"w"))
+    + bytes([4]) + frame(bytes([7]) + struct.pack("<I", 1) + b32(b"gone") + struct.pack("<q", -1))
+    + bytes([3]) + frame(bytes([8]) + b32(b"k")) + bytes([2]) + frame(bytes([10])) + bytes([4]) + frame(bytes([11])),
 }
 
 os.makedirs(HERE, exist_ok=True)

@@ -1,12 +1,14 @@
 // libFuzzer target: the store's wire protocols (ddp's and PyTorch's), which parse bytes from any
 // process that can reach the store's port. The first input byte picks what is parsed; the rest
 // is the byte stream. Beyond "no crash, no sanitizer report", every frame that parses must
-// re-encode to exactly the bytes it came from and parse again to the same thing.
+// re-encode to exactly the bytes it came from and parse again to the same thing. The last mode
+// feeds parsed requests to the server's key space (key_space_steps.h).
 #include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <string_view>
 
+#include "key_space_steps.h"
 #include "store/torch_wire.h"
 #include "store/wire.h"
 
@@ -83,12 +85,13 @@ void torch_bytes(std::string_view stream) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size == 0) return 0;
   const std::string_view stream(reinterpret_cast<const char*>(data) + 1, size - 1);
-  switch (data[0] % 5) {
+  switch (data[0] % 6) {
     case 0: ddp_requests(stream); break;
     case 1: ddp_responses(stream); break;
     case 2: torch_requests(stream, torch_wire::Dialect::V1_13); break;
     case 3: torch_requests(stream, torch_wire::Dialect::Validated); break;
     case 4: torch_bytes(stream); break;
+    case 5: ddp::fuzz::key_space_steps(stream); break;
   }
   return 0;
 }

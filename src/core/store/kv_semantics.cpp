@@ -16,7 +16,10 @@ std::int64_t apply_add(KeyValueMap& map, const std::string& key, std::int64_t de
     }
     value = *parsed;
   }
-  value += delta;
+  if (__builtin_add_overflow(value, delta, &value)) {  // the delta comes from any client
+    throw InvalidArgument(cat("store add(", quote(key), ", ", delta, "): the counter holds ", it->second,
+                              " and the sum does not fit in 64 bits"));
+  }
   map[key] = std::to_string(value);
   return value;
 }

@@ -11,7 +11,8 @@ namespace ddp::detail {
 using KeyValueMap = std::map<std::string, std::string>;
 
 // Adds `delta` to the decimal counter at `key` (missing: 0) and returns the new value.
-// Throws InvalidArgument when the key holds something other than a decimal integer.
+// Throws InvalidArgument (and changes nothing) when the key holds something other than a
+// decimal integer, or when the sum does not fit in 64 bits.
 std::int64_t apply_add(KeyValueMap& map, const std::string& key, std::int64_t delta);
 
 // PyTorch's compare_set: sets `desired` when the current value equals `expected` (a missing key

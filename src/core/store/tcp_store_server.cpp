@@ -1,5 +1,5 @@
-// The TCPStore server: the event loop, connections, the key space, and ddp's protocol. PyTorch's
-// protocol is served by tcp_store_server_torch.cpp; tcp_store_server_impl.h says how it all fits.
+// The TCPStore server: the event loop, connections, and carrying out what the key space asks.
+// tcp_store_server_impl.h says how it all fits.
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "ddp/error.h"
 #include "store/lost_ranks.h"
@@ -105,7 +106,7 @@ void TCPStoreServer::Impl::run() {
         on_event(fd, events[i].events);
       }
     }
-    expire_parked();
+    expire();
     reap();
   }
   // Shutting down: close every client (they see the server go away).
@@ -114,9 +115,8 @@ void TCPStoreServer::Impl::run() {
 }
 
 int TCPStoreServer::Impl::next_timeout_ms() const {
-  auto earliest = Clock::time_point::max();
-  for (int fd : parked_) earliest = std::min(earliest, clients_.at(fd)->deadline);
-  if (earliest == Clock::time_point::max()) return -1;
+  const auto earliest = keys_.next_deadline();
+  if (earliest == KeySpace::kNoDeadline) return -1;
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(earliest - Clock::now()).count();
   return static_cast<int>(std::clamp<long long>(ms + 1, 0, 60'000));
 }
@@ -144,10 +144,15 @@ void TCPStoreServer::Impl::accept_all() {
   }
 }
 
-void TCPStoreServer::Impl::on_event(int fd, std::uint32_t events) {
+TCPStoreServer::Impl::Client* TCPStoreServer::Impl::find(int fd) {
   auto it = clients_.find(fd);
-  if (it == clients_.end() || it->second->dead) return;
-  Client& c = *it->second;
+  return it == clients_.end() || !alive(*it->second) ? nullptr : it->second.get();
+}
+
+void TCPStoreServer::Impl::on_event(int fd, std::uint32_t events) {
+  Client* client = find(fd);
+  if (!client) return;
+  Client& c = *client;
   if (events & EPOLLOUT) {
     if (!flush(c)) return;
   }
@@ -163,10 +168,12 @@ void TCPStoreServer::Impl::on_event(int fd, std::uint32_t events) {
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
       if (n < 0 && errno == EINTR) continue;
       // EOF or error. What arrived before it still counts (a goodbye, say); then the peer is gone.
-      // Requests queued behind a parked wait are not a truncated message.
+      // Requests queued behind a parked wait, or left unread by a closing connection, are not a
+      // truncated message.
       const std::string reason = n == 0 ? "" : std::strerror(errno);
       process(c);
-      if (!c.dead && !c.in.empty() && !c.parked) {
+      if (!alive(c)) return;
+      if (!c.in.empty() && (c.state == State::Handshake || c.state == State::Ready)) {
         drop(c, cat("the connection closed in the middle of a message (", c.in.size(), " bytes of an unfinished request)"));
       } else {
         close_client(c, reason);
@@ -186,9 +193,10 @@ bool TCPStoreServer::Impl::process(Client& c) {
         c.in.erase(0, wire::kPreamble.size());
         c.protocol = Protocol::Ddp;
         break;
-      case torch_wire::Opening::Torch:
+      case torch_wire::Opening::Torch:  // no handshake
         c.protocol = Protocol::Torch;
         c.dialect = torch_wire::Dialect::V1_13;
+        c.state = State::Ready;
         break;
       case torch_wire::Opening::TorchValidated:
         c.protocol = Protocol::Torch;
@@ -212,7 +220,7 @@ bool TCPStoreServer::Impl::drop(Client& c, const std::string& reason) {
 }
 
 void TCPStoreServer::Impl::send(Client& c, std::string_view bytes) {
-  if (c.dead) return;
+  if (!alive(c)) return;
   if (c.out.size() - c.out_pos + bytes.size() > kMaxPendingOutput) {
     drop(c, cat("it does not read its replies (", c.out.size() - c.out_pos, " bytes are waiting)"));
     return;
@@ -236,7 +244,7 @@ bool TCPStoreServer::Impl::flush(Client& c) {
   if (c.out_pos == c.out.size()) {
     c.out.clear();
     c.out_pos = 0;
-    if (c.closing) {
+    if (c.state == State::Closing) {
       close_client(c, "");
       return false;
     }
@@ -246,248 +254,69 @@ bool TCPStoreServer::Impl::flush(Client& c) {
 }
 
 void TCPStoreServer::Impl::close_client(Client& c, const std::string& reason) {
-  if (c.dead) return;
-  c.dead = true;
-  if (c.parked) unpark(c);
-  if (c.watching) {
-    for (auto it = watchers_.begin(); it != watchers_.end();) {
-      it->second.erase(c.fd.get());
-      it = it->second.empty() ? watchers_.erase(it) : std::next(it);
-    }
-  }
+  if (!alive(c)) return;
+  const bool on_purpose = c.state == State::Closing;  // a rank in it has said bye
+  c.state = State::Dead;
+  keys_.drop(c.fd.get());
   ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, c.fd.get(), nullptr);  // the fd closes in reap()
-  dead_.push_back(&c);
-  if (!c.greeted || c.rank < 0) return;
-  --connections_of_rank_[c.rank];
-  if (c.bye) return;
+  dead_.push_back(c.fd.get());
+  if (c.rank < 0 || on_purpose) return;
   // The process died or its connection broke: leave a record every survivor can read.
   detail::log(LogLevel::Info, "store server: rank ", c.rank, " (pid ", c.pid, " on ", c.host,
               ") closed its connection without a goodbye");
-  write(detail::lost_rank_key(static_cast<int>(c.rank)),
-        cat("pid ", c.pid, " on ", c.host, (reason.empty() ? std::string() : ": " + reason)));
+  apply(keys_.set(detail::lost_rank_key(static_cast<int>(c.rank)),
+                  cat("pid ", c.pid, " on ", c.host, (reason.empty() ? std::string() : ": " + reason))));
 }
 
 void TCPStoreServer::Impl::reap() {
   if (dead_.empty()) return;
-  for (auto it = clients_.begin(); it != clients_.end();) {
-    it = it->second->dead ? clients_.erase(it) : std::next(it);
-  }
+  for (int fd : dead_) clients_.erase(fd);
   dead_.clear();
   num_clients_.store(clients_.size());
 }
 
-// ---- ddp's protocol (wire.h).
+// ---- What the key space asks for.
 
-bool TCPStoreServer::Impl::process_ddp(Client& c) {
-  std::size_t offset = 0;
-  while (!c.parked && !c.closing && !c.dead) {
-    wire::Request request;
-    std::size_t consumed = 0;
-    std::string error;
-    auto result = wire::parse(std::string_view(c.in).substr(offset), request, consumed, error);
-    if (result == wire::Parse::NeedMore) break;
-    if (result != wire::Parse::Complete) {
-      return drop(c, error);
-    }
-    offset += consumed;
-    if (!handle(c, request)) return false;
+void TCPStoreServer::Impl::apply(KeySpace::Effects effects) {
+  if (effects.notice) notify_watchers(*effects.notice);
+  if (!effects.answers.empty()) release(std::move(effects.answers));
+}
+
+void TCPStoreServer::Impl::release(std::vector<KeySpace::Answer> answers) {
+  for (auto& a : answers) {
+    Client* c = find(a.client);
+    if (!c || c->state != State::Parked) continue;
+    c->state = State::Ready;
+    answer(*c, std::move(a));
   }
-  if (c.dead) return false;
-  c.in.erase(0, offset);
-  return true;
-}
-
-bool TCPStoreServer::Impl::handle(Client& c, const wire::Request& q) {
-  if (!c.greeted) {
-    if (q.op != wire::Op::Hello) return drop(c, cat("the first message was ", wire::to_string(q.op), ", not hello"));
-    if (q.version != wire::kVersion) {
-      return drop(c, cat("protocol version ", q.version, " is not supported (this server speaks ", wire::kVersion, ")"));
-    }
-    if (!job_id_.empty() && !q.job_id.empty() && q.job_id != job_id_) {
-      detail::log(LogLevel::Warn, "store server: refusing ", c.peer, " (rank ", q.number, ", pid ", q.pid, " on ",
-                  q.host, "): it belongs to job ", detail::quote(q.job_id), ", this store serves job ",
-                  detail::quote(job_id_));
-      c.closing = true;
-      reply(c, {wire::Status::Refused, job_id_});
-      return false;
-    }
-    if (generation_ != 0 && q.generation > generation_) {
-      // A client of the job's next init reached this store before it shut down: it retries.
-      c.closing = true;
-      reply(c, {wire::Status::Later, std::to_string(generation_)});
-      return false;
-    }
-    c.greeted = true;
-    c.rank = q.number;
-    c.pid = q.pid;
-    c.host = q.host;
-    if (c.rank >= 0) ++connections_of_rank_[c.rank];
-    reply(c, {wire::Status::Ok});
-    return true;
-  }
-  switch (q.op) {
-    case wire::Op::Hello:
-      return drop(c, "a second hello");
-    case wire::Op::Set:
-      reply(c, {wire::Status::Ok});
-      write(q.key, q.value);
-      return !c.dead;
-    case wire::Op::Get:
-    case wire::Op::Wait:
-      wait_for(c, q.op == wire::Op::Get ? Parked::DdpGet : Parked::DdpWait,
-               q.op == wire::Op::Get ? std::vector<std::string>{q.key} : q.keys,
-               Clock::now() + std::chrono::milliseconds(std::max<std::int64_t>(q.number, 0)));
-      return !c.dead;
-    case wire::Op::Add:
-      try {
-        auto change = begin_change(q.key);
-        std::int64_t value = detail::apply_add(data_, q.key, q.number);
-        reply(c, {wire::Status::Number, {}, value});
-        end_change(q.key, change);
-      } catch (const Error& e) {
-        reply(c, {wire::Status::Error, e.what()});
-      }
-      return !c.dead;
-    case wire::Op::CompareSet: {
-      bool changed = false;
-      auto change = begin_change(q.key);
-      auto value = detail::apply_compare_set(data_, q.key, q.value, q.value2, changed);
-      reply(c, {wire::Status::Value, std::move(value)});
-      if (changed) end_change(q.key, change);
-      return !c.dead;
-    }
-    case wire::Op::Check:
-      reply(c, {wire::Status::Number, {}, all_present(q.keys) ? 1 : 0});
-      return true;
-    case wire::Op::Delete:
-      reply(c, {wire::Status::Number, {}, erase(q.key) ? 1 : 0});
-      return !c.dead;
-    case wire::Op::NumKeys:
-      reply(c, {wire::Status::Number, {}, static_cast<std::int64_t>(data_.size())});
-      return true;
-    case wire::Op::Bye:
-      c.bye = true;
-      return true;
-    case wire::Op::Ping:
-      reply(c, {wire::Status::Ok});
-      return true;
-  }
-  return drop(c, "unknown request");
-}
-
-// ---- The key space, shared by both protocols.
-
-bool TCPStoreServer::Impl::all_present(const std::vector<std::string>& keys) const {
-  return std::all_of(keys.begin(), keys.end(), [&](const auto& k) { return data_.count(k) > 0; });
-}
-
-TCPStoreServer::Impl::Change TCPStoreServer::Impl::begin_change(const std::string& key) const {
-  Change change;
-  if (!watchers_.count(key)) return change;
-  change.watched = true;
-  auto it = data_.find(key);
-  change.existed = it != data_.end();
-  if (change.existed) change.old_value = it->second;
-  return change;
-}
-
-void TCPStoreServer::Impl::end_change(const std::string& key, const Change& change) {
-  auto it = data_.find(key);
-  if (change.watched) {
-    using torch_wire::WatchEvent;
-    const bool exists = it != data_.end();
-    const auto event = !exists ? WatchEvent::KeyDeleted : change.existed ? WatchEvent::KeyUpdated : WatchEvent::KeyCreated;
-    const std::string bytes =
-        torch_wire::encode_watch_event(event, key, change.old_value, exists ? std::string_view(it->second) : "");
-    const auto watching = watchers_[key];  // a copy: a send may close a watcher
-    for (int fd : watching) {
-      auto found = clients_.find(fd);
-      if (found != clients_.end()) send(*found->second, bytes);
-    }
-  }
-  if (it != data_.end()) wake(key);
-}
-
-void TCPStoreServer::Impl::write(const std::string& key, std::string value) {
-  auto change = begin_change(key);
-  data_[key] = std::move(value);
-  end_change(key, change);
-}
-
-bool TCPStoreServer::Impl::erase(const std::string& key) {
-  auto change = begin_change(key);
-  if (!data_.erase(key)) return false;
-  end_change(key, change);
-  return true;
-}
-
-void TCPStoreServer::Impl::wait_for(Client& c, Parked kind, std::vector<std::string> keys, Clock::time_point deadline) {
-  c.parked_kind = kind;
-  c.parked_keys = std::move(keys);
-  if (try_answer(c)) return;
-  c.parked = true;
-  c.deadline = deadline;
-  parked_.insert(c.fd.get());
-  for (const auto& key : c.parked_keys) waiters_[key].insert(c.fd.get());
-}
-
-bool TCPStoreServer::Impl::try_answer(Client& c) {
-  if (!all_present(c.parked_keys)) return false;
-  switch (c.parked_kind) {
-    case Parked::DdpGet:
-      reply(c, {wire::Status::Value, data_.at(c.parked_keys.front())});
-      break;
-    case Parked::DdpWait:
-      reply(c, {wire::Status::Ok});
-      break;
-    case Parked::TorchWait:
-      send(c, torch_wire::encode_wait(torch_wire::WaitReply::StopWaiting));
-      break;
-  }
-  return true;
-}
-
-void TCPStoreServer::Impl::unpark(Client& c) {
-  for (const auto& key : c.parked_keys) {
-    auto it = waiters_.find(key);
-    if (it == waiters_.end()) continue;
-    it->second.erase(c.fd.get());
-    if (it->second.empty()) waiters_.erase(it);
-  }
-  parked_.erase(c.fd.get());
-  c.parked = false;
-}
-
-void TCPStoreServer::Impl::wake(const std::string& key) {
-  auto it = waiters_.find(key);
-  if (it == waiters_.end()) return;
-  std::vector<int> fds(it->second.begin(), it->second.end());
-  for (int fd : fds) {
-    auto found = clients_.find(fd);
-    if (found == clients_.end()) continue;
-    Client& c = *found->second;
-    if (c.dead || !c.parked || !try_answer(c)) continue;
-    unpark(c);
-    process(c);  // requests that arrived while it was parked
+  // Then the requests that arrived while they were parked (which may change keys in turn).
+  for (const auto& a : answers) {
+    Client* c = find(a.client);
+    if (c && c->state == State::Ready) process(*c);
   }
 }
 
-void TCPStoreServer::Impl::expire_parked() {
-  const auto now = Clock::now();
-  std::vector<int> expired;
-  for (int fd : parked_) {
-    if (clients_.at(fd)->deadline <= now) expired.push_back(fd);
+void TCPStoreServer::Impl::wait(Client& c, KeySpace::Want want, std::vector<std::string> keys,
+                                Clock::time_point deadline) {
+  if (auto now = keys_.wait(c.fd.get(), want, std::move(keys), deadline)) {
+    answer(c, std::move(*now));
+  } else {
+    c.state = State::Parked;
   }
-  for (int fd : expired) {
-    Client& c = *clients_.at(fd);
-    wire::Response response{wire::Status::Timeout};
-    for (const auto& key : c.parked_keys) {
-      if (!data_.count(key)) response.keys.push_back(key);
-    }
-    unpark(c);
-    reply(c, response);
-    process(c);
+}
+
+void TCPStoreServer::Impl::answer(Client& c, KeySpace::Answer answer) {
+  if (c.protocol == Protocol::Ddp) {
+    answer_ddp(c, std::move(answer));
+  } else {
+    answer_torch(c);
   }
+}
+
+// Answers ddp waits whose deadline passed (a PyTorch client keeps its own timeout).
+void TCPStoreServer::Impl::expire() {
+  auto expired = keys_.expire(Clock::now());
+  if (!expired.empty()) release(std::move(expired));
 }
 
 TCPStoreServer::TCPStoreServer(std::uint16_t port, std::string job_id, std::uint64_t generation)

@@ -1,6 +1,7 @@
 // The TCPStore server's side of PyTorch's TCPStore protocol (torch_wire.h): what a
-// torch.distributed.TCPStore client (1.13, or 2.x with the VALIDATE handshake) sends, answered from the same key
-// space as ddp's clients. tcp_store_server_impl.h says how the server fits together.
+// torch.distributed.TCPStore client (1.13, or 2.x with the VALIDATE handshake) sends, answered
+// from the same key space as ddp's clients, and 1.13's watch_key events.
+// tcp_store_server_impl.h says how the server fits together.
 #include "ddp/error.h"
 #include "store/tcp_store_server_impl.h"
 #include "util/log.h"
@@ -8,7 +9,6 @@
 namespace ddp {
 
 using detail::cat;
-using detail::Clock;
 namespace torch_wire = detail::torch_wire;
 
 // PyTorch clients. While a wait is parked only CANCEL_WAIT is read (a 2.x client sends it when
@@ -16,112 +16,132 @@ namespace torch_wire = detail::torch_wire;
 // keep the order of the requests.
 bool TCPStoreServer::Impl::process_torch(Client& c) {
   std::size_t offset = 0;
-  while (!c.closing && !c.dead) {
+  while (c.state == State::Handshake || c.state == State::Ready || c.state == State::Parked) {
     torch_wire::Request request;
     std::size_t consumed = 0;
     std::string error;
     auto result = torch_wire::parse(std::string_view(c.in).substr(offset), c.dialect, request, consumed, error);
     if (result == torch_wire::Parse::NeedMore) break;
     if (result != torch_wire::Parse::Complete) return drop(c, error);
-    if (c.parked && request.query != torch_wire::Query::CancelWait) break;
+    if (c.state == State::Parked && request.query != torch_wire::Query::CancelWait) break;
     offset += consumed;
     if (!handle_torch(c, request)) return false;
   }
-  if (c.dead) return false;
+  if (!alive(c)) return false;
   c.in.erase(0, offset);
   return true;
 }
 
 // A PyTorch client's request. Its protocol has no error replies: what PyTorch's own server
 // would fail on (a get of a missing key, an add to a non-integer) closes the connection, as
-// PyTorch's server does, with a logged reason.
-bool TCPStoreServer::Impl::handle_torch(Client& c, const torch_wire::Request& q) {
+// PyTorch's server does, with a logged reason. Replies go out before the change's effects.
+bool TCPStoreServer::Impl::handle_torch(Client& c, torch_wire::Request& q) {
   using torch_wire::Query;
-  if (c.dialect == torch_wire::Dialect::Validated && c.greeted == (q.query == Query::Validate)) {
-    return drop(c, c.greeted ? "a second VALIDATE" : cat("the first query was ", torch_wire::to_string(q.query),
-                                                          ", not VALIDATE"));
+  if (c.state == State::Handshake || q.query == Query::Validate) {  // 2.x: VALIDATE first, and only then
+    if (c.state != State::Handshake) return drop(c, "a second VALIDATE");
+    if (q.query != Query::Validate) {
+      return drop(c, cat("the first query was ", torch_wire::to_string(q.query), ", not VALIDATE"));
+    }
+    c.state = State::Ready;
+    return true;
   }
   switch (q.query) {
-    case Query::Validate:
-      c.greeted = true;
+    case Query::Validate:  // handled above
       return true;
     case Query::Set:
-      write(q.key, q.value);
-      return !c.dead;
+      apply(keys_.set(q.key, std::move(q.value)));
+      return alive(c);
     case Query::Append: {
-      auto it = data_.find(q.key);
-      std::string value = it == data_.end() ? q.value : it->second + q.value;
-      if (value.size() > kMaxStoreValueBytes) {
-        return drop(c, cat("append to ", detail::quote(q.key), " would make a value of ", value.size(),
-                           " bytes, over the limit of ", kMaxStoreValueBytes));
+      KeySpace::Effects effects;
+      try {
+        effects = keys_.append(q.key, q.value, kMaxStoreValueBytes);
+      } catch (const InvalidArgument& e) {
+        return drop(c, e.what());
       }
-      write(q.key, std::move(value));
-      return !c.dead;
+      apply(std::move(effects));
+      return alive(c);
     }
     case Query::MultiSet:
-      for (std::size_t i = 0; i < q.keys.size() && !c.dead; ++i) write(q.keys[i], q.values[i]);
-      return !c.dead;
+      for (std::size_t i = 0; i < q.keys.size() && alive(c); ++i) apply(keys_.set(q.keys[i], std::move(q.values[i])));
+      return alive(c);
     case Query::CompareSet: {
-      bool changed = false;
-      auto change = begin_change(q.key);
-      auto value = detail::apply_compare_set(data_, q.key, q.value, q.value2, changed);
+      auto [value, effects] = keys_.compare_set(q.key, q.value, q.value2);
       send(c, torch_wire::encode_bytes(value));
-      if (changed) end_change(q.key, change);
-      return !c.dead;
+      apply(std::move(effects));
+      return alive(c);
     }
     case Query::Get:
     case Query::MultiGet: {
-      const auto keys = q.query == Query::Get ? std::vector<std::string>{q.key} : q.keys;
+      const auto keys = q.query == Query::Get ? std::vector<std::string>{std::move(q.key)} : std::move(q.keys);
       std::string out;
       for (const auto& key : keys) {
-        auto it = data_.find(key);
-        if (it == data_.end()) {
+        const std::string* value = keys_.find(key);
+        if (!value) {
           return drop(c, cat(torch_wire::to_string(q.query), " of ", detail::quote(key),
                              ", which does not exist (PyTorch clients wait for a key before they get it: "
                              "was it deleted in between?)"));
         }
-        out += torch_wire::encode_bytes(it->second);
+        out += torch_wire::encode_bytes(*value);
       }
       send(c, out);
-      return !c.dead;
+      return alive(c);
     }
-    case Query::Add:
+    case Query::Add: {
+      KeySpace::Changed<std::int64_t> added{};
       try {
-        auto change = begin_change(q.key);
-        const std::int64_t value = detail::apply_add(data_, q.key, q.number);
-        send(c, torch_wire::encode_int64(value));
-        end_change(q.key, change);
-        return !c.dead;
-      } catch (const Error& e) {
+        added = keys_.add(q.key, q.number);
+      } catch (const InvalidArgument& e) {
         return drop(c, e.what());
       }
+      send(c, torch_wire::encode_int64(added.value));
+      apply(std::move(added.effects));
+      return alive(c);
+    }
     case Query::Check:
-      send(c, torch_wire::encode_check(all_present(q.keys) ? torch_wire::CheckReply::Ready
-                                                           : torch_wire::CheckReply::NotReady));
-      return !c.dead;
+      send(c, torch_wire::encode_check(keys_.contains_all(q.keys) ? torch_wire::CheckReply::Ready
+                                                                  : torch_wire::CheckReply::NotReady));
+      return alive(c);
     case Query::Wait:
-      wait_for(c, Parked::TorchWait, q.keys, Clock::time_point::max());
-      return !c.dead;
+      wait(c, KeySpace::Want::Keys, std::move(q.keys), KeySpace::kNoDeadline);
+      return alive(c);
     case Query::CancelWait:
-      if (c.parked) unpark(c);
+      if (keys_.cancel_wait(c.fd.get())) c.state = State::Ready;
       send(c, torch_wire::encode_wait(torch_wire::WaitReply::WaitCanceled));
-      return !c.dead;
+      return alive(c);
     case Query::GetNumKeys:
-      send(c, torch_wire::encode_int64(static_cast<std::int64_t>(data_.size())));
-      return !c.dead;
-    case Query::DeleteKey:
-      send(c, torch_wire::encode_int64(erase(q.key) ? 1 : 0));
-      return !c.dead;
+      send(c, torch_wire::encode_int64(static_cast<std::int64_t>(keys_.size())));
+      return alive(c);
+    case Query::DeleteKey: {
+      auto [existed, effects] = keys_.erase(q.key);
+      send(c, torch_wire::encode_int64(existed ? 1 : 0));
+      apply(std::move(effects));
+      return alive(c);
+    }
     case Query::WatchKey:
-      watchers_[q.key].insert(c.fd.get());
-      c.watching = true;
+      keys_.watch(c.fd.get(), q.key);
       send(c, torch_wire::encode_watch_registered());
-      return !c.dead;
+      return alive(c);
     case Query::Ping:
       send(c, torch_wire::encode_uint32(q.nonce));
-      return !c.dead;
+      return alive(c);
   }
   return drop(c, "unknown query");
+}
+
+// PyTorch waits have no deadline: an answer always means every key exists.
+void TCPStoreServer::Impl::answer_torch(Client& c) {
+  send(c, torch_wire::encode_wait(torch_wire::WaitReply::StopWaiting));
+}
+
+void TCPStoreServer::Impl::notify_watchers(const KeySpace::Notice& notice) {
+  using torch_wire::WatchEvent;
+  const auto event = notice.change == KeySpace::Change::Created   ? WatchEvent::KeyCreated
+                     : notice.change == KeySpace::Change::Updated ? WatchEvent::KeyUpdated
+                                                                  : WatchEvent::KeyDeleted;
+  const std::string bytes = torch_wire::encode_watch_event(event, notice.key, notice.old_value, notice.new_value);
+  for (int fd : notice.watchers) {
+    if (Client* watcher = find(fd)) send(*watcher, bytes);
+  }
 }
 
 }  // namespace ddp

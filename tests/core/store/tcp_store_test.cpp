@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <limits>
 #include <thread>
 
 #include "ddp/error.h"
@@ -235,6 +236,19 @@ TEST(TCPStore, ClosesOnlyTheConnectionThatSendsGarbage) {
   EXPECT_EQ(newcomer.get("after"), "garbage");
 }
 
+TEST(TCPStore, AnAddThatOverflowsIsAnInvalidArgumentAndTheConnectionServesOn) {
+  TCPStoreServer server(0, "");
+  TCPStore store(client_of(server));
+  store.add("big", std::numeric_limits<std::int64_t>::max());
+  try {
+    store.add("big", 1);
+    FAIL() << "no error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("the sum does not fit in 64 bits"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(store.get("big"), "9223372036854775807");
+}
+
 TEST(TCPStore, RejectsValuesOverTheLimitOnTheClient) {
   TCPStoreServer server(0, "");
   TCPStore store(client_of(server));
@@ -319,6 +333,42 @@ TEST(TCPStore, RecordsARankThatVanishesWithoutGoodbye) {
   ASSERT_EQ(lost.size(), 1u);
   EXPECT_EQ(lost[0].first, 3);
   EXPECT_NE(lost[0].second.find("pid 1 on test"), std::string::npos) << lost[0].second;
+}
+
+TEST(TCPStore, ByeIsTheLastMessageAndNoLoss) {
+  TCPStoreServer server(0, "");
+  TCPStore observer(client_of(server));
+  auto leaving = raw_connection(server.port());
+  detail::wire::Request bye;
+  bye.op = detail::wire::Op::Bye;
+  detail::wire::Request set{detail::wire::Op::Set, "after-bye", "x"};
+  detail::send_all(leaving.get(), hello_frame("", 4) + detail::wire::encode(bye) + detail::wire::encode(set),
+                   detail::Clock::now() + 5s, "server");
+  char reply[5];
+  ASSERT_TRUE(detail::recv_exact(leaving.get(), reply, 5, detail::Clock::now() + 5s, "server"));  // hello's ok
+  EXPECT_TRUE(closed_by_server(leaving.get()));  // the server closes after bye, reading no more
+  EXPECT_FALSE(observer.check({"after-bye"}));
+  EXPECT_FALSE(observer.check({detail::lost_rank_key(4)})) << "a rank that said bye was recorded lost";
+}
+
+TEST(TCPStore, AWaitWithATimeoutTooLongForTheClockWaitsForItsKey) {
+  TCPStoreServer server(0, "");
+  TCPStore setter(client_of(server));
+  auto raw = raw_connection(server.port());
+  const auto deadline = detail::Clock::now() + 5s;
+  detail::wire::Request get{detail::wire::Op::Get, "eventually"};
+  get.number = std::numeric_limits<std::int64_t>::max();
+  detail::send_all(raw.get(), hello_frame() + detail::wire::encode(get), deadline, "server");
+  char ok[5];
+  ASSERT_TRUE(detail::recv_exact(raw.get(), ok, 5, deadline, "server"));
+  char byte;
+  EXPECT_THROW(detail::recv_exact(raw.get(), &byte, 1, detail::Clock::now() + 200ms, "server"), TimeoutError)
+      << "answered before the key was set";
+  setter.set("eventually", "here");
+  const std::string want = detail::wire::encode(detail::wire::Response{detail::wire::Status::Value, "here"});
+  std::string got(want.size(), '\0');
+  ASSERT_TRUE(detail::recv_exact(raw.get(), got.data(), got.size(), deadline, "server"));
+  EXPECT_EQ(got, want);
 }
 
 TEST(TCPStore, ClientFailsClearlyWhenTheServerGoesAway) {

@@ -8,6 +8,7 @@
 
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <thread>
 
 #include "ddp/error.h"
@@ -325,6 +326,7 @@ TEST(TorchProtocol, GarbageAndBadPyTorchRequestsCloseOnlyTheirOwnConnectionWithA
   TCPStore torch_client(client_of(server.port(), StoreProtocol::Torch));
   ddp_client.set("/k", "v");
   ddp_client.set("/text", "abc");
+  ddp_client.set("/top", std::to_string(std::numeric_limits<std::int64_t>::max()));
   const auto v1 = tw::Dialect::V1_13;
   const auto v2 = tw::Dialect::Validated;
   tw::Request validate = query(tw::Query::Validate);
@@ -350,6 +352,8 @@ TEST(TorchProtocol, GarbageAndBadPyTorchRequestsCloseOnlyTheirOwnConnectionWithA
        "GET of \"/nope\", which does not exist"},
       {"add to a non-integer", tw::encode([] { auto q = query(tw::Query::Add, "/text"); q.number = 1; return q; }(), v1),
        "the key holds \"abc\", not an integer counter"},
+      {"add that overflows", tw::encode([] { auto q = query(tw::Query::Add, "/top"); q.number = 1; return q; }(), v1),
+       "the sum does not fit in 64 bits"},
       {"truncated request", tw::encode(query(tw::Query::Set, "/k", "0123456789"), v1).substr(0, 15),
        "the connection closed in the middle of a message", true},
   };
