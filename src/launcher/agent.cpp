@@ -2,11 +2,14 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <cstdio>
 
 #include "attempt_channel.h"
+#include "blame.h"
+#include "checkpoint_record.h"
 #include "ddp/error.h"
 #include "rendezvous.h"
 #include "store_host.h"
@@ -34,6 +37,14 @@ std::string safe_name(std::string text) {
   return text;
 }
 
+// The width of ddprun's stdout when it is a terminal (then local rank 0 gets a terminal of its
+// own, so that a progress bar shows as a bar); 0 when it is a file or a pipe.
+int terminal_width() {
+  if (::isatty(STDOUT_FILENO) != 1) return 0;
+  winsize size{};
+  return ::ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 0 ? size.ws_col : 80;
+}
+
 // The flags every node must share, as one comparable line.
 std::string agreed_flags(const JobConfig& c) {
   return cat("nnodes=", c.min_nodes, ":", c.max_nodes, " max_restarts=", c.max_restarts,
@@ -43,7 +54,7 @@ std::string agreed_flags(const JobConfig& c) {
 class Agent {
  public:
   Agent(const JobConfig& config, const Command& command, SignalWatch& signals, OrphanGuard* guard)
-      : config_(config), command_(command), signals_(signals), guard_(guard) {
+      : config_(config), command_(command), signals_(signals), guard_(guard), terminal_width_(terminal_width()) {
     host_ = detail::local_hostname();
     check_interrupt_ = [this] {
       if (auto sig = signals_.take_termination()) throw Interrupted{*sig};
@@ -84,6 +95,9 @@ class Agent {
 
   void start_store() {
     using Role = JobConfig::StoreRole;
+    // Before anything waits on it: a name that does not resolve would leave the workers (and the
+    // other nodes) retrying silently until their timeouts.
+    check_resolves(config_.store_host, config_.store_host_source);
     const std::string port_flag = config_.backend == RdzvBackend::Static ? "--master_port" : "--rdzv_endpoint";
     if (config_.store_role == Role::Host) {
       server_ = host_store(config_.store_port, config_.run_id, port_flag);
@@ -155,6 +169,7 @@ class Agent {
       place.nnodes = membership_.nnodes;
       place.restart_count = attempt;
       if (!attempt_dir.empty()) job.error_file = cat(attempt_dir, "/rank_", place.rank, ".error.json");
+      job.checkpoint_record = records_.path_for(place.rank);
       WorkerSpec spec;
       spec.rank = place.rank;
       spec.local_rank = local;
@@ -174,6 +189,11 @@ class Agent {
       for (int s = 0; s < 2; ++s) {
         const int bit = 1 << s;
         spec.output.console[s] = shown && (!(redirected & bit) || (teed & bit));
+      }
+      spec.output.keep = may_name_ranks_waited_for;  // the evidence find_root_cause reads
+      if (local == 0 && terminal_width_ > 0 && spec.output.console[0]) {
+        spec.terminal_columns = terminal_width_ - static_cast<int>(cat("[", place.rank, "]:").size());
+        spec.output.live_stdout = true;
       }
       specs.push_back(std::move(spec));
     }
@@ -235,6 +255,10 @@ class Agent {
       say(cat("received ", signal_name(i.signal), " between attempts; no worker is running"));
       return {false, 128 + i.signal};
     } catch (const AttemptEndedEarly& early) {
+      if (early.end.kind == AttemptEnd::Kind::Interrupted) {
+        print_stop_report(early.end, {});
+        return {false, 128 + early.end.signal};
+      }
       print_summary(early.end, {}, attempt, false);
       return {false, 1};
     } catch (const Error& e) {
@@ -276,7 +300,9 @@ class Agent {
         case WorkerGroup::Event::WorkerFailed: {
           AttemptEnd failed = reporter();
           failed.kind = AttemptEnd::Kind::WorkerFailed;
-          failed.worker = group.exits()[*group.failed_worker()];
+          const std::size_t index = *group.failed_worker();
+          failed.worker = group.exits()[index];
+          failed.blame = blame(group, index);
           end = publish(channel, failed);
           group.stop(SIGTERM, config_.grace_period);
           break;
@@ -284,10 +310,12 @@ class Agent {
         case WorkerGroup::Event::Signal:
           signal_received = wakeup.signal;
           end = publish(channel, interrupted(wakeup.signal));
+          group.find_suspended();
           group.stop(wakeup.signal, config_.grace_period);
           break;
         case WorkerGroup::Event::External:
           end = *watcher.end();
+          group.find_suspended();
           group.stop(SIGTERM, config_.grace_period);
           break;
         case WorkerGroup::Event::AllSucceeded:
@@ -305,6 +333,12 @@ class Agent {
     }
     if (!signal_received && group.received_signal()) signal_received = *group.received_signal();
     if (end.kind == AttemptEnd::Kind::Succeeded && !signal_received) return {false, 0};
+    if (end.kind == AttemptEnd::Kind::Succeeded || end.kind == AttemptEnd::Kind::Interrupted) {
+      // A requested stop, here or on another node: not a failure.
+      const AttemptEnd stop = end.kind == AttemptEnd::Kind::Interrupted ? end : interrupted(signal_received);
+      print_stop_report(stop, group.exits());
+      return {false, 128 + stop.signal};
+    }
 
     const bool restart = end.restartable() && attempt < config_.max_restarts && !signal_received;
     if (end.kind != AttemptEnd::Kind::Succeeded) print_summary(end, group.exits(), attempt, restart);
@@ -315,6 +349,55 @@ class Agent {
     }
     if (restart) return {true, 0};
     return {false, signal_received ? 128 + signal_received : 1};
+  }
+
+  // The root cause when the failed worker (group index `index`) was a victim: the rank its
+  // error says it waited for, checked against this node's stopped workers.
+  std::optional<Blame> blame(WorkerGroup& group, std::size_t index) const {
+    const WorkerExit& failed = group.exit_of(index);
+    const auto culprit = find_root_cause(failed.rank, group.kept_lines(index), group.find_suspended());
+    if (!culprit) return std::nullopt;
+    Blame b;
+    b.rank = culprit->rank;
+    b.evidence = culprit->evidence;
+    for (const WorkerExit& w : group.exits()) {
+      if (w.rank != b.rank) continue;
+      b.local_rank = w.local_rank;
+      b.node_rank = w.node_rank;
+      b.host = w.host;
+      b.pid = w.pid;
+      return b;
+    }
+    // Another node's worker: ranks are numbered node by node.
+    int first = 0;
+    for (int n = 0; n < membership_.nnodes; ++n) {
+      const auto& node = membership_.nodes[static_cast<std::size_t>(n)];
+      if (b.rank < first + node.nproc) {
+        b.node_rank = n;
+        b.local_rank = b.rank - first;
+        b.host = node.host;
+        return b;
+      }
+      first += node.nproc;
+    }
+    return std::nullopt;  // a rank outside the job: the evidence was misread
+  }
+
+  void print_stop_report(const AttemptEnd& stop, const std::vector<WorkerExit>& local) {
+    StopInput in;
+    in.signal = stop.signal;
+    in.what = stop.what;
+    in.local = local;
+    in.node_rank = membership_.node_rank;
+    in.host = host_;
+    in.grace_period = config_.grace_period;
+    std::vector<int> ranks;
+    for (int local = 0; local < config_.nproc; ++local) ranks.push_back(membership_.rank_offset() + local);
+    std::vector<std::string> problems;
+    in.checkpoint = records_.latest(ranks, problems);
+    for (const auto& problem : problems) say("note: " + problem);
+    in.command = config_.command_line;
+    write_fully(STDERR_FILENO, format_stop_report(in));
   }
 
   void print_summary(const AttemptEnd& end, const std::vector<WorkerExit>& local, int attempt, bool restarting) {
@@ -333,6 +416,8 @@ class Agent {
   const Command& command_;
   SignalWatch& signals_;
   OrphanGuard* guard_;
+  int terminal_width_;
+  CheckpointRecords records_;
   std::function<void()> check_interrupt_;
   std::string host_;
   std::unique_ptr<TCPStoreServer> server_;  // declared before the clients: destroyed after them

@@ -76,6 +76,14 @@ std::string encode(const AttemptEnd& end) {
           std::chrono::duration_cast<std::chrono::milliseconds>(w.time.time_since_epoch()).count());
     field("w.log_file", escape(w.log_file));
     for (const auto& line : w.last_lines) field("w.line", escape(line));
+    if (const auto& b = end.blame) {
+      field("b.rank", b->rank);
+      field("b.local_rank", b->local_rank);
+      field("b.node_rank", b->node_rank);
+      field("b.host", escape(b->host));
+      field("b.pid", b->pid);
+      field("b.evidence", escape(b->evidence));
+    }
   }
   return out;
 }
@@ -140,6 +148,16 @@ AttemptEnd decode_attempt_end(const std::string& text) {
     w.stopped = number("w.stopped", 0) != 0;
     w.time = std::chrono::system_clock::time_point(std::chrono::milliseconds(number("w.time_ms", 0)));
     w.log_file = string("w.log_file");
+    if (fields.count("b.rank")) {
+      Blame b;
+      b.rank = static_cast<int>(number("b.rank", -1));
+      b.local_rank = static_cast<int>(number("b.local_rank", -1));
+      b.node_rank = static_cast<int>(number("b.node_rank", 0));
+      b.host = string("b.host");
+      b.pid = number("b.pid", 0);
+      b.evidence = string("b.evidence");
+      end.blame = std::move(b);
+    }
   }
   return end;
 }

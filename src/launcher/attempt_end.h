@@ -2,11 +2,22 @@
 // is the root cause), and travels through the job's store as text.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "worker_exit.h"
 
 namespace ddp::launcher {
+
+// The rank the evidence points at when the first failure was a consequence (it waited for it).
+struct Blame {
+  int rank = -1;
+  int local_rank = -1;
+  int node_rank = 0;
+  std::string host;
+  long pid = 0;          // 0: not known on the node that decided (another node's worker)
+  std::string evidence;  // how ddprun knows, for the summary
+};
 
 struct AttemptEnd {
   enum class Kind {
@@ -18,7 +29,8 @@ struct AttemptEnd {
     StoreLost,     // this node lost the job's store (node 0's ddprun is gone)
   };
   Kind kind = Kind::Succeeded;
-  WorkerExit worker;  // WorkerFailed
+  WorkerExit worker;  // WorkerFailed: the first worker that failed
+  std::optional<Blame> blame;  // WorkerFailed: the root cause, when it is another rank
   int signal = 0;     // Interrupted
   int node_rank = 0;  // the node that reported it
   std::string host;

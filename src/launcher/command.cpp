@@ -60,6 +60,23 @@ std::optional<std::string> find_in_path(const std::string& name, const std::stri
   return std::nullopt;
 }
 
+std::string shell_command(const std::vector<std::string>& argv) {
+  std::string line;
+  for (const auto& word : argv) {
+    if (!line.empty()) line += ' ';
+    const bool plain = !word.empty() && word.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                                               "0123456789_@%+=:,./-") == std::string::npos;
+    if (plain) {
+      line += word;
+      continue;
+    }
+    line += '\'';
+    for (char c : word) line += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    line += '\'';
+  }
+  return line;
+}
+
 Command resolve_command(const Options& options, const EnvLookup& env) {
   const bool python = options.module || (!options.no_python && ends_with(options.program, ".py"));
   Command command;

@@ -23,6 +23,9 @@ struct Command {
 // executable (a .py script need only be readable), saying what to do.
 Command resolve_command(const Options& options, const EnvLookup& env);
 
+// `argv` as one shell command line: each word that needs it in single quotes ('it'\''s').
+std::string shell_command(const std::vector<std::string>& argv);
+
 // The path of `name` found in the colon-separated `path_list` as an executable file.
 std::optional<std::string> find_in_path(const std::string& name, const std::string& path_list);
 

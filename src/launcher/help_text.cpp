@@ -68,6 +68,7 @@ Output:
                       --redirects for them).
   --local_ranks_filter R,...
                       Show only these local ranks' output on the console (log files get all).
+  When ddprun's stdout is a terminal, local rank 0's stdout is one too (a progress bar shows).
 
 The program:
   --no_python         Run PROGRAM directly even when it ends in .py.
@@ -82,7 +83,8 @@ The program:
   --version           ddprun's version.
 
 Exit status: 0 when every worker succeeded; 1 when a worker failed (after the restarts); 2 for
-bad input (nothing was started); 128+N when ddprun was stopped by signal N (SIGINT, SIGTERM).
+bad input (nothing was started); 128+N when the job was stopped by signal N (SIGINT, SIGTERM):
+the workers get --grace_period to checkpoint, and a copy of the signal within 1 s is the same stop.
 See docs/LAUNCHER.md for the workers' environment, failure handling and multi-node jobs.
 )";
 }

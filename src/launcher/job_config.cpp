@@ -154,9 +154,11 @@ JobConfig make_job_config(const Options& options, const EnvLookup& env, const Ma
     config.min_nodes = config.max_nodes = 1;
     config.node_rank = 0;
     config.store_role = JobConfig::StoreRole::Host;
-    config.store_host = "localhost";
+    // An address, not "localhost": it needs no resolver (a container without /etc/hosts).
+    config.store_host = "127.0.0.1";
+    config.store_host_source = "--standalone";
     config.store_port = 0;
-    config.master_addr = "localhost";
+    config.master_addr = "127.0.0.1";
     if (!options.rdzv_id_given) config.run_id = random_id;
     return config;
   }
@@ -177,6 +179,7 @@ JobConfig make_job_config(const Options& options, const EnvLookup& env, const Ma
     }
     if (want_master && slurm.first_host) {
       config.store_host = *slurm.first_host;
+      config.store_host_source = "the first host of SLURM_JOB_NODELIST";
       config.notes.push_back(cat("--master_addr=", *slurm.first_host, " from SLURM_JOB_NODELIST (its first host)"));
     }
   }
@@ -199,9 +202,12 @@ JobConfig make_job_config(const Options& options, const EnvLookup& env, const Ma
     if (!options.rdzv_endpoint.empty()) {
       endpoint = parse_endpoint(options.rdzv_endpoint, options.master_port.value_or(kDefaultMasterPort),
                                 "rdzv_endpoint");
+      config.store_host_source = "--rdzv_endpoint";
     } else {
       endpoint.host = options.master_addr.value_or(config.store_host.empty() ? "127.0.0.1" : config.store_host);
       endpoint.port = options.master_port.value_or(kDefaultMasterPort);
+      if (options.master_addr) config.store_host_source = "--master_addr";
+      if (config.store_host_source.empty()) config.store_host_source = "the default --master_addr";
     }
     config.store_host = endpoint.host;
     config.store_port = endpoint.port;
@@ -232,6 +238,7 @@ JobConfig make_job_config(const Options& options, const EnvLookup& env, const Ma
   config.node_rank.reset();
   config.store_role = JobConfig::StoreRole::HostIfLocal;
   config.store_host = endpoint.host;
+  config.store_host_source = "--rdzv_endpoint";
   config.store_port = endpoint.port;
   config.master_addr = endpoint.host;
   return config;

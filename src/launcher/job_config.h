@@ -49,6 +49,7 @@ struct JobConfig {
   std::optional<int> node_rank;  // static: this node's rank; c10d: given at the rendezvous
   StoreRole store_role = StoreRole::Host;
   std::string store_host;  // where the agents and workers reach the store
+  std::string store_host_source;  // where store_host came from, for messages: "--master_addr", ...
   int store_port = 29500;  // 0 (standalone): a free port, chosen when the store starts
   std::string master_addr;  // MASTER_ADDR for the workers
   std::string run_id;
@@ -63,6 +64,7 @@ struct JobConfig {
   std::optional<std::vector<int>> local_ranks_filter;
   std::string role = "default";
   std::vector<std::string> notes;  // to print before starting (Slurm values used, flags ignored)
+  std::string command_line;        // ddprun's own, shell-quoted: what runs the job again (set by main)
 };
 
 // Applies defaults, --standalone and Slurm to `options` and checks that they fit together.

@@ -3,6 +3,7 @@
 namespace ddp::launcher {
 
 void LineSplitter::feed(std::string_view bytes, const Emit& emit) {
+  if (carriage_return_) return feed_terminal(bytes, emit);
   while (!bytes.empty()) {
     const std::size_t newline = bytes.find('\n');
     const std::size_t take = newline == std::string_view::npos ? bytes.size() : newline;
@@ -27,7 +28,25 @@ void LineSplitter::feed(std::string_view bytes, const Emit& emit) {
   }
 }
 
+void LineSplitter::feed_terminal(std::string_view bytes, const Emit& emit) {
+  for (char c : bytes) {
+    if (after_cr_ && c != '\n') partial_.clear();  // the line starts over
+    after_cr_ = c == '\r';
+    if (c == '\n') {
+      emit(partial_);
+      partial_.clear();
+    } else if (c != '\r') {
+      partial_ += c;
+      if (partial_.size() >= max_line_) {
+        emit(partial_);
+        partial_.clear();
+      }
+    }
+  }
+}
+
 void LineSplitter::finish(const Emit& emit) {
+  after_cr_ = false;
   if (partial_.empty()) return;
   emit(partial_);
   partial_.clear();

@@ -67,6 +67,7 @@ int main(int argc, char** argv) {
     }
     const auto env = process_env();
     config = make_job_config(options, env, probe_machine(env), random_run_id());
+    config.command_line = shell_command(std::vector<std::string>(argv, argv + argc));
     command = resolve_command(options, env);
   } catch (const ddp::Error& e) {
     say(ddp::detail::cat("error: ", e.what()));

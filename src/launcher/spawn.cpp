@@ -2,11 +2,14 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pty.h>
 #include <signal.h>
 #include <cstring>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <algorithm>
 
 #include "ddp/error.h"
 #include "util/strings.h"
@@ -60,10 +63,33 @@ void make_pipe(Fd& read_end, Fd& write_end) {
   ::_exit(127);
 }
 
+// A pseudo-terminal for a worker's stdout: `read_end` is its master side. Output is passed on as
+// written (no "\n" -> "\r\n"), and the terminal is as wide as ddprun's, less the line prefix.
+void make_terminal(Fd& read_end, Fd& write_end, int columns) {
+  int master = -1, slave = -1;
+  winsize size{};
+  size.ws_row = 24;
+  size.ws_col = static_cast<unsigned short>(std::max(20, columns));
+  if (::openpty(&master, &slave, nullptr, nullptr, &size) != 0) {
+    throw IOError(cat("cannot create a pseudo-terminal for a worker's output: ", std::strerror(errno),
+                      ". Too many open files or ptys? Run ddprun with its output to a file or pipe to do without."));
+  }
+  read_end.reset(master);
+  write_end.reset(slave);
+  ::fcntl(master, F_SETFD, FD_CLOEXEC);
+  ::fcntl(slave, F_SETFD, FD_CLOEXEC);
+  termios mode{};
+  if (::tcgetattr(slave, &mode) == 0) {
+    mode.c_oflag &= ~static_cast<tcflag_t>(OPOST);
+    mode.c_lflag &= ~static_cast<tcflag_t>(ECHO);
+    ::tcsetattr(slave, TCSANOW, &mode);
+  }
+}
+
 }  // namespace
 
 SpawnedWorker spawn_worker(const std::string& path, const std::vector<std::string>& argv,
-                           const std::vector<std::string>& envp) {
+                           const std::vector<std::string>& envp, int terminal_columns) {
   // Everything the child needs is prepared before fork: it must not allocate.
   std::vector<char*> argv_ptrs;
   for (const auto& a : argv) argv_ptrs.push_back(const_cast<char*>(a.c_str()));
@@ -74,7 +100,11 @@ SpawnedWorker spawn_worker(const std::string& path, const std::vector<std::strin
 
   SpawnedWorker worker;
   Fd out_write, err_write, report_read, report_write;
-  make_pipe(worker.out, out_write);
+  if (terminal_columns > 0) {
+    make_terminal(worker.out, out_write, terminal_columns);
+  } else {
+    make_pipe(worker.out, out_write);
+  }
   make_pipe(worker.err, err_write);
   make_pipe(report_read, report_write);
   Fd null_in(::open("/dev/null", O_RDONLY | O_CLOEXEC));

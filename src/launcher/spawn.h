@@ -25,8 +25,11 @@ std::vector<std::string> merged_environment(const std::map<std::string, std::str
 // Starts `path` with `argv` and `envp` ("NAME=VALUE"). stdin is /dev/null. The child unblocks
 // every signal and restores default dispositions before exec. Must be called from the thread
 // that lives as long as the process (PR_SET_PDEATHSIG fires when the forking thread ends).
-// Throws ddp::IOError when fork fails or the program cannot be executed (naming it and errno).
+// terminal_columns > 0: stdout is a pseudo-terminal that wide (isatty(1) is true in the worker;
+// it is not the worker's controlling terminal), passing output on as written; `out` is its
+// master side, which reads EIO once every writer closed it. Throws ddp::IOError when fork or
+// openpty fails or the program cannot be executed (naming it and errno).
 SpawnedWorker spawn_worker(const std::string& path, const std::vector<std::string>& argv,
-                           const std::vector<std::string>& envp);
+                           const std::vector<std::string>& envp, int terminal_columns = 0);
 
 }  // namespace ddp::launcher

@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 
 #include "ddp/error.h"
 #include "util/strings.h"
@@ -30,6 +32,22 @@ bool is_local_address(const std::string& host) {
   }
   ::freeaddrinfo(list);
   return local;
+}
+
+void check_resolves(const std::string& host, const std::string& source) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* list = nullptr;
+  const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &list);
+  if (rc == 0) {
+    ::freeaddrinfo(list);
+    return;
+  }
+  throw InvalidArgument(cat(source, " names the store's host ", detail::quote(host), ", which does not resolve on this "
+                            "machine (", rc == EAI_SYSTEM ? std::strerror(errno) : ::gai_strerror(rc),
+                            "): neither ddprun nor its workers could reach the job's store there. Give an IP address "
+                            "(e.g. --master_addr=127.0.0.1 on one machine), or make the name resolve (/etc/hosts, DNS)."));
 }
 
 std::unique_ptr<TCPStoreServer> host_store(int port, const std::string& run_id, const std::string& port_flag) {

@@ -14,6 +14,10 @@ namespace ddp::launcher {
 // True when `host` resolves to an address of this machine (a socket can be bound to it).
 bool is_local_address(const std::string& host);
 
+// Throws InvalidArgument when `host` does not resolve on this machine (getaddrinfo), naming it
+// and `source` (the flag or variable it came from), before anything would wait on it.
+void check_resolves(const std::string& host, const std::string& source);
+
 // Starts the store on `port` (0: a free one) for job `run_id`. Throws InvalidArgument when the
 // port is in use, saying which flag picks another.
 std::unique_ptr<TCPStoreServer> host_store(int port, const std::string& run_id, const std::string& port_flag);

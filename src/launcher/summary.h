@@ -1,11 +1,15 @@
-// The report ddprun prints when an attempt fails: the root cause (the first failure, on any
-// node) with its last lines and log file, then how each of this node's workers ended.
+// The reports ddprun prints at the end of an attempt that did not succeed: the failure summary
+// (the root cause, on any node, with its last lines and log file, then how each of this node's
+// workers ended) and the stop report (a requested stop: who asked, how the workers ended, the
+// last checkpoint and the command that resumes from it). Pure.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "attempt_end.h"
+#include "checkpoint_record.h"
 #include "worker_exit.h"
 
 namespace ddp::launcher {
@@ -22,5 +26,19 @@ struct SummaryInput {
 
 // A block of lines, framed by rules, ending in '\n'.
 std::string format_summary(const SummaryInput& input);
+
+struct StopInput {
+  int signal = 0;    // the signal that stopped the job
+  std::string what;  // who received it, e.g. "ddprun on node 1 (host h, pid 7) received SIGINT and stopped the job"
+  std::vector<WorkerExit> local;  // this node's workers (none when the stop came between attempts)
+  int node_rank = 0;
+  std::string host;
+  std::chrono::milliseconds grace_period{0};
+  std::optional<CheckpointRecord> checkpoint;  // the newest one this node's workers recorded
+  std::string command;                         // ddprun's command line, to run again
+};
+
+// A block of lines, framed by rules, ending in '\n'.
+std::string format_stop_report(const StopInput& input);
 
 }  // namespace ddp::launcher

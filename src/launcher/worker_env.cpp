@@ -1,5 +1,7 @@
 #include "worker_env.h"
 
+#include "checkpoint_record.h"
+
 namespace ddp::launcher {
 
 bool needs_omp_default(const EnvLookup& parent, int local_world_size) {
@@ -33,6 +35,7 @@ std::map<std::string, std::string> worker_environment(const WorkerPlace& place, 
   if (!parent("NCCL_ASYNC_ERROR_HANDLING")) env["NCCL_ASYNC_ERROR_HANDLING"] = "1";
   if (needs_omp_default(parent, place.local_world_size)) env["OMP_NUM_THREADS"] = "1";
   if (!job.error_file.empty()) env["TORCHELASTIC_ERROR_FILE"] = job.error_file;
+  if (!job.checkpoint_record.empty()) env[kCheckpointRecordVariable] = job.checkpoint_record;
   return env;
 }
 

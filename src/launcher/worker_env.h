@@ -26,13 +26,15 @@ struct JobEnv {
   std::string role = "default";
   int max_restarts = 0;
   std::string error_file;  // TORCHELASTIC_ERROR_FILE when not empty
+  std::string checkpoint_record;  // DDP_CHECKPOINT_RECORD when not empty (see checkpoint_record.h)
 };
 
 // The variables to set on top of ddprun's environment `parent`:
 //   RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK GROUP_WORLD_SIZE ROLE_RANK
 //   ROLE_WORLD_SIZE ROLE_NAME MASTER_ADDR MASTER_PORT TORCHELASTIC_RESTART_COUNT
 //   TORCHELASTIC_MAX_RESTARTS TORCHELASTIC_RUN_ID TORCHELASTIC_USE_AGENT_STORE=True
-//   DDP_STORE_PROTOCOL=ddp, and when `parent` lacks them: NCCL_ASYNC_ERROR_HANDLING=1,
+//   DDP_STORE_PROTOCOL=ddp, DDP_CHECKPOINT_RECORD and TORCHELASTIC_ERROR_FILE when the job
+//   names them, and when `parent` lacks them: NCCL_ASYNC_ERROR_HANDLING=1,
 //   OMP_NUM_THREADS=1 (with more than one worker per node; see needs_omp_default).
 std::map<std::string, std::string> worker_environment(const WorkerPlace& place, const JobEnv& job,
                                                       const EnvLookup& parent);

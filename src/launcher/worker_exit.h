@@ -19,6 +19,7 @@ struct WorkerExit {
   std::chrono::system_clock::time_point time;  // when ddprun saw it end
   std::vector<std::string> last_lines;         // its last lines of output (stdout and stderr)
   std::string log_file;                        // empty: none
+  std::string suspended;  // when ddprun found it stopped (SIGSTOP, a debugger) at the attempt's end: what it saw
 
   bool failed() const { return signal != 0 || exit_code != 0; }
   // "exit code 3" or "signal SIGSEGV (11)".

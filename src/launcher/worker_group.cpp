@@ -53,10 +53,15 @@ WorkerGroup::~WorkerGroup() {
 }
 
 void WorkerGroup::start() {
-  for (auto& w : workers_) w.output = std::make_unique<WorkerOutput>(w.spec.output);
+  for (auto& w : workers_) {
+    WorkerOutputOptions options = w.spec.output;
+    options.screen = &console_;
+    w.output = std::make_unique<WorkerOutput>(std::move(options));
+  }
   for (auto& w : workers_) {
     try {
-      SpawnedWorker spawned = spawn_worker(w.spec.path, w.spec.argv, merged_environment(w.spec.env));
+      SpawnedWorker spawned =
+          spawn_worker(w.spec.path, w.spec.argv, merged_environment(w.spec.env), w.spec.terminal_columns);
       w.pid = spawned.pid;
       w.fd[0] = std::move(spawned.out);
       w.fd[1] = std::move(spawned.err);
@@ -96,6 +101,7 @@ WorkerGroup::Wakeup WorkerGroup::wait(int external_fd) {
 }
 
 void WorkerGroup::stop(int signal, std::chrono::milliseconds grace) {
+  if (!stopping_) stop_began_ = Clock::now();
   stopping_ = true;
   signal_groups(signal);
   // A stopped worker (SIGSTOP, a debugger's stop, Ctrl-Z) would hold its SIGTERM until the grace
@@ -132,6 +138,23 @@ std::vector<pid_t> WorkerGroup::pids() const {
   return pids;
 }
 
+std::vector<SuspendedWorker> WorkerGroup::find_suspended() {
+  std::vector<SuspendedWorker> found;
+  for (auto& w : workers_) {
+    if (!w.running) continue;
+    if (auto state = stopped_state(w.pid)) {
+      w.exit.suspended = *state;
+      found.push_back({w.exit.rank, *state});
+    }
+  }
+  return found;
+}
+
+std::vector<std::string> WorkerGroup::kept_lines(std::size_t index) const {
+  const auto& output = workers_[index].output;
+  return output ? output->kept() : std::vector<std::string>{};
+}
+
 bool WorkerGroup::pump(std::chrono::milliseconds timeout, int external_fd) {
   std::vector<pollfd> fds;
   fds.push_back({signals_.fd(), POLLIN, 0});
@@ -158,7 +181,8 @@ bool WorkerGroup::pump(std::chrono::milliseconds timeout, int external_fd) {
     if (!SignalWatch::is_termination(sig)) continue;
     if (!received_signal_) received_signal_ = sig;
     if (stopping_) {
-      escalate_ = true;  // a second request to stop: no more grace
+      // A copy of the request being carried out is no reason to cut the grace period short.
+      if (escalates_stop(Clock::now() - stop_began_)) escalate_ = true;
     } else if (!pending_signal_) {
       pending_signal_ = sig;
     }

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "blame.h"
+#include "console.h"
 #include "orphan_guard.h"
 #include "signals.h"
 #include "spawn.h"
@@ -28,6 +30,7 @@ struct WorkerSpec {
   std::vector<std::string> argv;            // argv[0] included
   std::map<std::string, std::string> env;   // set on top of ddprun's environment
   WorkerOutputOptions output;
+  int terminal_columns = 0;  // > 0: stdout is a pseudo-terminal this wide (output.live_stdout too)
 };
 
 class WorkerGroup {
@@ -57,7 +60,8 @@ class WorkerGroup {
   Wakeup wait(int external_fd);
 
   // Sends `signal` to every worker process group that still has a process, relays output while
-  // they end, and SIGKILLs what is left after `grace` (at once on a second SIGINT/SIGTERM).
+  // they end, and SIGKILLs what is left after `grace` (at once on a SIGINT/SIGTERM/SIGHUP that
+  // arrives later than kSameStopWindow after the stop began; one within it is the same stop).
   // Returns when every worker has ended and its output is drained. Safe to call twice.
   void stop(int signal, std::chrono::milliseconds grace);
 
@@ -67,6 +71,11 @@ class WorkerGroup {
   std::vector<WorkerExit> exits() const;
   const WorkerExit& exit_of(std::size_t index) const { return workers_[index].exit; }
   std::vector<pid_t> pids() const;
+  // The workers that are stopped now (SIGSTOP, Ctrl-Z, a debugger), each also marked in its
+  // WorkerExit (`suspended`). Call before stop(), which continues them.
+  std::vector<SuspendedWorker> find_suspended();
+  // The lines of worker `index` that its output options' `keep` kept.
+  std::vector<std::string> kept_lines(std::size_t index) const;
   // The first SIGINT/SIGTERM/SIGHUP ddprun received while this group ran, if any.
   std::optional<int> received_signal() const { return received_signal_; }
 
@@ -93,6 +102,7 @@ class WorkerGroup {
   bool any_group_alive();
   void close_output(Worker& w);
 
+  Console console_;  // before workers_: their outputs use it
   std::vector<Worker> workers_;
   SignalWatch& signals_;
   OrphanGuard* guard_;
@@ -101,7 +111,8 @@ class WorkerGroup {
   std::optional<int> received_signal_;  // the first termination signal ddprun received
   bool failure_reported_ = false;
   bool stopping_ = false;
-  bool escalate_ = false;  // a termination signal arrived while stopping: SIGKILL now
+  std::chrono::steady_clock::time_point stop_began_;
+  bool escalate_ = false;  // a new request to stop arrived while stopping: SIGKILL now
 };
 
 }  // namespace ddp::launcher

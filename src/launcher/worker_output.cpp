@@ -48,7 +48,10 @@ void make_directories(const std::string& path) {
   }
 }
 
-WorkerOutput::WorkerOutput(WorkerOutputOptions options) : options_(std::move(options)) {
+WorkerOutput::WorkerOutput(WorkerOutputOptions options)
+    : options_(std::move(options)),
+      console_(options_.screen ? options_.screen : &own_console_),
+      splitter_{LineSplitter(64 * 1024, options_.live_stdout), LineSplitter()} {
   prefix_ = cat("[", options_.rank, "]:");
   if (!options_.log_path.empty()) {
     const auto slash = options_.log_path.rfind('/');
@@ -62,7 +65,13 @@ WorkerOutput::WorkerOutput(WorkerOutputOptions options) : options_(std::move(opt
 }
 
 void WorkerOutput::on_data(Stream stream, std::string_view bytes) {
-  splitter_[static_cast<int>(stream)].feed(bytes, [&](std::string_view line) { on_line(stream, line); });
+  const int index = static_cast<int>(stream);
+  splitter_[index].feed(bytes, [&](std::string_view line) { on_line(stream, line); });
+  if (stream == Stream::Out && options_.live_stdout && options_.console[index] && splitter_[index].pending() > 0) {
+    scratch_.assign(prefix_);
+    scratch_.append(splitter_[index].partial());
+    console_->live(options_.console_fd[index], scratch_);
+  }
 }
 
 void WorkerOutput::on_eof(Stream stream) {
@@ -74,8 +83,11 @@ void WorkerOutput::on_line(Stream stream, std::string_view line) {
   if (options_.console[index]) {
     scratch_.assign(prefix_);
     scratch_.append(line);
-    scratch_.push_back('\n');
-    write_fully(options_.console_fd[index], scratch_);
+    if (stream == Stream::Out && options_.live_stdout) {
+      console_->end_live(options_.console_fd[index], scratch_);
+    } else {
+      console_->line(options_.console_fd[index], scratch_);
+    }
   }
   if (log_) {
     scratch_.assign(line);
@@ -87,6 +99,10 @@ void WorkerOutput::on_line(Stream stream, std::string_view line) {
     std::string kept(line.substr(0, options_.tail_line_bytes));
     if (line.size() > options_.tail_line_bytes) kept += cat("... (", line.size(), " bytes)");
     tail_.push_back(std::move(kept));
+  }
+  if (options_.keep && options_.kept_lines > 0 && options_.keep(line)) {
+    if (kept_.size() == options_.kept_lines) kept_.pop_front();
+    kept_.emplace_back(line.substr(0, options_.kept_line_bytes));
   }
 }
 

@@ -10,7 +10,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -99,6 +101,22 @@ std::string read_payload(const std::string& path) {
   return payload;
 }
 
+// Under ddprun, DDP_CHECKPOINT_RECORD names a file where the launcher looks for the last
+// checkpoint when the job is stopped, to say where it can resume. Not being able to write it
+// costs only that sentence, so it is logged, not thrown.
+void record_for_launcher(std::int64_t step, const std::string& path) {
+  const char* record = std::getenv("DDP_CHECKPOINT_RECORD");
+  if (!record || !*record) return;
+  std::error_code ignored;
+  const auto absolute = std::filesystem::absolute(path, ignored);
+  try {
+    write_file_atomically(record, cat("step=", step, "\npath=", absolute.empty() ? path : absolute.string(), "\n"));
+  } catch (const std::exception& e) {
+    detail::log(detail::LogLevel::Warn, "cannot record checkpoint ", quote(path, 512),
+                " for the launcher (DDP_CHECKPOINT_RECORD): ", e.what());
+  }
+}
+
 }  // namespace
 
 void write_file_atomically(const std::string& path, const std::string& payload) {
@@ -167,6 +185,7 @@ std::string Checkpoints::save(std::int64_t step, const std::function<void(torch:
       auto files = list();
       for (std::size_t i = static_cast<std::size_t>(options_.keep); i < files.size(); ++i) ::unlink(files[i].c_str());
       remove_stale_temporaries();
+      record_for_launcher(step, path);
     } catch (...) {
       failure = std::current_exception();
     }

@@ -60,6 +60,20 @@ TEST(BadInput, PortInUse) {
   ::close(fd);
 }
 
+TEST(BadInput, AStoreHostThatDoesNotResolve) {
+  // At once, rather than workers retrying silently until their timeout (.invalid never resolves).
+  TempDir dir;
+  const auto start = std::chrono::steady_clock::now();
+  expect_refused(ddprun_worker({"--nproc_per_node=2", port_flag(), "--master_addr=no-such-host.invalid"},
+                               {"--pid-dir", dir.path()}),
+                 {"--master_addr names the store's host \"no-such-host.invalid\", which does not resolve on this machine",
+                  "Give an IP address"});
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);
+  EXPECT_EQ(read_file(dir.file("worker_0")), "") << "a worker was started";
+  expect_refused(ddprun_worker({"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=no-such-host.invalid:29400"}, {}),
+                 {"--rdzv_endpoint names the store's host \"no-such-host.invalid\""});
+}
+
 TEST(BadInput, GpuWithoutGpus) {
   expect_refused({kDdprun, "--nproc_per_node=gpu", kWorker}, {"no visible GPU"});
 }

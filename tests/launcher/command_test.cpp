@@ -80,5 +80,20 @@ TEST(Command, MissingInterpreterOrScript) {
   EXPECT_NE(message.find("the script"), std::string::npos) << message;
 }
 
+TEST(Command, AShellCommandLineRunsTheSameWords) {
+  EXPECT_EQ(shell_command({"ddprun", "--nproc_per_node=2", "./train", "--out", "/tmp/x,y:z@1%"}),
+            "ddprun --nproc_per_node=2 ./train --out /tmp/x,y:z@1%");
+  const std::vector<std::string> words = {"./train", "two words", "it's", "", "$HOME", "a\nb"};
+  const std::string line = shell_command(words);
+  EXPECT_EQ(line, "./train 'two words' 'it'\\''s' '' '$HOME' 'a\nb'");
+  // The shell reads it back as the same words.
+  test::TempDir dir;
+  const std::string script = dir.file("words.sh");
+  test::write_file(script, "for w in \"$@\"; do printf '[%s]' \"$w\"; done\n", true);
+  test::Launch sh({"/bin/sh", "-c", script + " " + shell_command({"two words", "it's", "", "$HOME", "a\nb"})});
+  ASSERT_TRUE(sh.wait(std::chrono::seconds(10)));
+  EXPECT_EQ(sh.out(), "[two words][it's][][$HOME][a\nb]");
+}
+
 }  // namespace
 }  // namespace ddp::launcher

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <map>
 #include <string>
@@ -68,6 +70,23 @@ inline std::vector<pid_t> pids_in(const TempDir& dir, const std::string& kind, i
     if (!text.empty()) pids.push_back(static_cast<pid_t>(std::stol(text)));
   }
   return pids;
+}
+
+// test_worker flags for two workers that train (all_reduce after all_reduce) with a 3 s timeout,
+// writing their pids to `dir`.
+inline std::vector<std::string> training_worker(const TempDir& dir) {
+  return {"--pid-dir", dir.path(), "--train", "100000", "--timeout-ms", "3000", "--step-ms", "20"};
+}
+
+// Once both training_workers trained a little, stops rank 1 (SIGSTOP): rank 0 then times out
+// waiting for it. Returns both pids (empty, with a test failure, when they are not there).
+inline std::vector<pid_t> suspend_rank_1(const TempDir& dir) {
+  auto workers = pids_in(dir, "worker", 2);
+  EXPECT_EQ(workers.size(), 2u);
+  if (workers.size() != 2) return {};
+  ::usleep(300000);
+  ::kill(workers[1], SIGSTOP);
+  return workers;
 }
 
 }  // namespace ddp::launcher::test

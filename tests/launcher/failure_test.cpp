@@ -1,4 +1,5 @@
-// A failing worker stops the others, the summary names it, and --max_restarts starts over.
+// A failing worker stops the others, the summary names it (or the rank the evidence points at),
+// and --max_restarts starts over.
 #include <signal.h>
 
 #include "e2e.h"
@@ -92,6 +93,31 @@ TEST(Failure, ARestartClearsTheStoresLostRankRecords) {
                               "[0]:lost 1: no attempt=1", "[1]:lost 1: no attempt=1"},
                   run.all());
   expect_contains(run.err(), {"signal SIGKILL (9)"});
+}
+
+TEST(Failure, ARankThatTimedOutWaitingForAStoppedRankIsNotTheRootCause) {
+  // Rank 1 is stopped (SIGSTOP) mid-training; rank 0 times out after 3 s and fails first.
+  TempDir dir;
+  Launch run(ddprun_worker({"--nproc_per_node=2", port_flag()}, training_worker(dir)));
+  ASSERT_TRUE(run.wait_for("[0]:rank 0 training")) << run.all();
+  ASSERT_TRUE(run.wait_for("[1]:rank 1 training")) << run.all();
+  const auto workers = suspend_rank_1(dir);
+  ASSERT_EQ(workers.size(), 2u);
+  ASSERT_TRUE(run.wait(60s));
+  EXPECT_EQ(run.exit_code(), 1) << run.all();
+  const std::string pid1 = std::to_string(workers[1]);
+  expect_contains(run.err(),
+                  {"Root cause: rank 1, which the first failure waited for\n  rank       : 1 (local rank 1 on node 0)",
+                   "  pid        : " + pid1,
+                   "  evidence   : ddprun found rank 1 suspended (state T in /proc/" + pid1 +
+                       "/stat) when rank 0 failed, and rank 0's error says it waited for rank 1: ",
+                   "First failure (a consequence of the root cause):\n  rank       : 0 (local rank 0 on node 0)",
+                   "timed out after 3.0 s", "failed: exit code 1", "<- first failure",
+                   "rank 1 (local rank 1, pid " + pid1 + "): stopped by ddprun (signal SIGTERM (15)); it had been "
+                   "suspended (state T in /proc/" + pid1 + "/stat) when the attempt ended  <- root cause"},
+                  run.all());
+  EXPECT_EQ(run.err().find("Root cause (first failure)"), std::string::npos) << run.all();
+  EXPECT_TRUE(all_gone(workers)) << "the stopped worker was not continued and stopped";
 }
 
 }  // namespace

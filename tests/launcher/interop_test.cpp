@@ -1,7 +1,9 @@
 // The real clients: PyTorch's own torchrun, and PyTorch's own DDP under ddprun.
 // (Debian's torchrun crashes on Python 3.11 unless every local rank's output is redirected and
 // teed: "--redirects 1 --tee 1 --log_dir DIR" works; "3" does not, and neither does the default.)
+#include <filesystem>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include "e2e.h"
@@ -19,9 +21,20 @@ bool have_torch() {
   return found;
 }
 
+// torchrun made its run's folder (<run id>_XXXXXXXX) under --log_dir, not in /tmp.
+void expect_torchrun_logs_in(const TempDir& logs) {
+  bool found = false;
+  for (const auto& entry : std::filesystem::directory_iterator(logs.path())) {
+    found = found || entry.path().filename().string().rfind("none_", 0) == 0;
+  }
+  EXPECT_TRUE(found) << "torchrun's logs are not in " << logs.path();
+}
+
 #define REQUIRE_TORCH() \
   if (!have_torch()) GTEST_SKIP() << kPython << " cannot import torch: these tests need PyTorch there"
 
+// torchrun's logs go to --log_dir (else to /tmp/torchelastic_*, left behind), its temporary
+// files to TMPDIR: both inside `logs`, which the test removes.
 std::vector<std::string> torchrun(const TempDir& logs, int port, std::vector<std::string> rest) {
   std::vector<std::string> argv = {kPython, "-m", "torch.distributed.run", "--nproc_per_node=2",
                                    "--master_port=" + std::to_string(port), "--redirects", "1", "--tee", "1",
@@ -42,11 +55,29 @@ std::map<int, std::map<std::string, std::string>> torchrun_env(const std::string
   return env;
 }
 
+// The variables Python's own startup adds to its environment under `env` (on top of this
+// process's): PEP 538's LC_CTYPE coercion when no locale is set (`env -i`), and the like.
+// torchrun's children inherit them from its interpreter; they are no part of its contract.
+std::set<std::string> added_by_python(const std::map<std::string, std::string>& env) {
+  Launch probe({kPython, "-c", "import os\nfor name in os.environ: print(name)"}, env);
+  EXPECT_TRUE(probe.wait(60s));
+  std::set<std::string> added;
+  std::istringstream in(probe.out());
+  for (std::string name; std::getline(in, name);) {
+    auto given = env.find(name);
+    const bool ours = given != env.end() ? given->second != kUnset : std::getenv(name.c_str()) != nullptr;
+    if (!ours) added.insert(name);
+  }
+  return added;
+}
+
 TEST(Interop, DdprunSetsTheEnvironmentTorchrunSets) {
   REQUIRE_TORCH();
   TempDir logs;
   const int torch_port = free_port();
-  const std::map<std::string, std::string> clean = {{"OMP_NUM_THREADS", kUnset}, {"NCCL_ASYNC_ERROR_HANDLING", kUnset}};
+  const std::map<std::string, std::string> clean = {
+      {"OMP_NUM_THREADS", kUnset}, {"NCCL_ASYNC_ERROR_HANDLING", kUnset}, {"TMPDIR", logs.path()}};
+  const std::set<std::string> interpreters = added_by_python(clean);
   Launch theirs(torchrun(logs, torch_port, {"env"}), clean);
   const int our_port = free_port();
   Launch ours({kDdprun, "--nproc_per_node=2", "--master_port=" + std::to_string(our_port), "--log_dir", logs.path(),
@@ -70,6 +101,7 @@ TEST(Interop, DdprunSetsTheEnvironmentTorchrunSets) {
     for (const auto& [name, value] : expected.at(rank)) {
       if (std::getenv(name.c_str()) && name != "OMP_NUM_THREADS") continue;  // inherited, not set by torchrun
       if (name == "_") continue;                                              // the shell's last command
+      if (interpreters.count(name)) continue;                                 // torchrun's Python, not torchrun
       ASSERT_TRUE(got.at(rank).count(name)) << "ddprun does not set " << name << " (torchrun: " << value << ")";
       if (name == "MASTER_PORT") {
         EXPECT_EQ(value, std::to_string(torch_port));
@@ -83,14 +115,16 @@ TEST(Interop, DdprunSetsTheEnvironmentTorchrunSets) {
     }
   }
   EXPECT_GE(compared, 2 * 17) << "torchrun set fewer variables than expected:\n" << theirs.out();
+  expect_torchrun_logs_in(logs);
 }
 
 TEST(Interop, TorchrunLaunchesADdpProgram) {
   REQUIRE_TORCH();
   TempDir logs;
-  Launch run(torchrun(logs, free_port(), {kWorker, "--allreduce"}));
+  Launch run(torchrun(logs, free_port(), {kWorker, "--allreduce"}), {{"TMPDIR", logs.path()}});
   ASSERT_TRUE(run.wait(90s));
   EXPECT_EQ(run.exit_code(), 0) << run.all();
+  expect_torchrun_logs_in(logs);
   expect_contains(run.out(), {"[default0]:sum=3 world=2 rank=0 local_rank=0 attempt=0",
                               "[default1]:sum=3 world=2 rank=1 local_rank=1 attempt=0"},
                   run.all());

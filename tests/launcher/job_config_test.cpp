@@ -45,7 +45,10 @@ TEST(JobConfig, Standalone) {
   const JobConfig c = config_of({"--standalone", "--nproc_per_node=2", "p"});
   EXPECT_EQ(c.backend, RdzvBackend::C10d);
   EXPECT_EQ(c.store_port, 0);  // a free one
-  EXPECT_EQ(c.master_addr, "localhost");
+  // An address that needs no resolver (a container without /etc/hosts cannot resolve localhost).
+  EXPECT_EQ(c.master_addr, "127.0.0.1");
+  EXPECT_EQ(c.store_host, "127.0.0.1");
+  EXPECT_EQ(c.store_host_source, "--standalone");
   EXPECT_EQ(c.run_id, "random-id");
   EXPECT_EQ(c.store_role, JobConfig::StoreRole::Host);
   EXPECT_EQ(config_of({"--standalone", "--rdzv_id=mine", "p"}).run_id, "mine");
@@ -58,10 +61,15 @@ TEST(JobConfig, StaticNodes) {
   EXPECT_EQ(node1.store_host, "10.0.0.1");
   EXPECT_EQ(node1.store_port, 1234);
   EXPECT_EQ(node1.master_addr, "10.0.0.1");
+  EXPECT_EQ(node1.store_host_source, "--master_addr");
   const JobConfig node0 = config_of({"--nnodes=2", "--node_rank=0", "--rdzv_endpoint=h:99", "p"});
   EXPECT_EQ(node0.store_role, JobConfig::StoreRole::Host);
   EXPECT_EQ(node0.store_host, "h");
   EXPECT_EQ(node0.store_port, 99);
+  EXPECT_EQ(node0.store_host_source, "--rdzv_endpoint");
+  // A name is passed to the workers as given (as torchrun does); ddprun checks that it resolves.
+  EXPECT_EQ(config_of({"--master_addr=node01", "p"}).master_addr, "node01");
+  EXPECT_EQ(config_of({"p"}).store_host_source, "the default --master_addr");
 }
 
 TEST(JobConfig, NodeRankMustBeBelowNnodes) {
@@ -123,6 +131,7 @@ TEST(JobConfig, SlurmFillsWhatTheFlagsLeaveOpen) {
   EXPECT_EQ(c.node_rank, 2);
   EXPECT_EQ(c.store_host, "gpu07");
   EXPECT_EQ(c.master_addr, "gpu07");
+  EXPECT_EQ(c.store_host_source, "the first host of SLURM_JOB_NODELIST");
   EXPECT_EQ(c.store_role, JobConfig::StoreRole::Client);
   EXPECT_EQ(c.notes.size(), 3u);
   // Flags win.
@@ -130,6 +139,7 @@ TEST(JobConfig, SlurmFillsWhatTheFlagsLeaveOpen) {
   EXPECT_EQ(f.max_nodes, 2);
   EXPECT_EQ(f.node_rank, 0);
   EXPECT_EQ(f.store_host, "me");
+  EXPECT_EQ(f.store_host_source, "--master_addr");
   // A malformed Slurm value is named.
   expect_contains(error_of({"p"}, {{"SLURM_NNODES", "x"}}), {"SLURM_NNODES", "\"x\""});
 }

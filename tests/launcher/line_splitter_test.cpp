@@ -58,6 +58,78 @@ TEST(LineSplitter, BinaryBytesPassThrough) {
   EXPECT_EQ(split({bytes}), (Lines{std::string("a\0b\r\xff", 5)}));
 }
 
+TEST(LineSplitter, AsATerminalShowsCarriageReturns) {
+  LineSplitter splitter(1024, /*carriage_return=*/true);
+  Lines lines;
+  auto emit = [&](std::string_view line) { lines.emplace_back(line); };
+  splitter.feed("\rstep 1/3", emit);
+  EXPECT_EQ(splitter.partial(), "step 1/3");
+  splitter.feed("\rstep 2/3\r", emit);
+  EXPECT_EQ(splitter.partial(), "step 2/3") << "a '\\r' at the end may be a \"\\r\\n\": the line stays until the next byte";
+  splitter.feed("step 3/3\ndone\r", emit);
+  splitter.feed("\nwindows\r\n", emit);  // "\r\n" split across two reads, then whole
+  EXPECT_EQ(lines, (Lines{"step 3/3", "done", "windows"}));
+  EXPECT_EQ(splitter.pending(), 0u);
+  // Without the mode, '\r' is a byte like any other (BinaryBytesPassThrough).
+  EXPECT_EQ(split({"\ra\rb\n"}), (Lines{"\ra\rb"}));
+}
+
+// Everything written to a pipe's write end `fd[1]` so far, after closing it.
+std::string drain(int fd[2]) {
+  ::close(fd[1]);
+  std::string text;
+  char buffer[4096];
+  for (ssize_t n; (n = ::read(fd[0], buffer, sizeof buffer)) > 0;) text.append(buffer, static_cast<std::size_t>(n));
+  ::close(fd[0]);
+  return text;
+}
+
+TEST(WorkerOutput, ATerminalsBarIsALiveLineThatOtherLinesPass) {
+  test::TempDir dir;
+  int screen[2];
+  ASSERT_EQ(::pipe(screen), 0);
+  Console console;
+  WorkerOutputOptions bar;
+  bar.rank = 0;
+  bar.live_stdout = true;
+  bar.screen = &console;
+  bar.console_fd[0] = screen[1];
+  bar.log_path = dir.file("rank_0.log");
+  WorkerOutputOptions other;
+  other.rank = 1;
+  other.screen = &console;
+  other.console_fd[0] = screen[1];
+  {
+    WorkerOutput zero(bar), one(other);
+    zero.on_data(Stream::Out, "\rstep 1/2");
+    zero.on_data(Stream::Out, "\rstep 2/2");
+    one.on_data(Stream::Out, "hello\n");
+    zero.on_data(Stream::Out, "\n");
+    zero.on_data(Stream::Out, "\repoch 2");
+    zero.on_eof(Stream::Out);  // ended without its newline: the line is closed
+    EXPECT_EQ(zero.tail(), (Lines{"step 2/2", "epoch 2"}));
+  }
+  const std::string clear = "\r\033[K";
+  EXPECT_EQ(drain(screen), clear + "[0]:step 1/2" + clear + "[0]:step 2/2" +  // redrawn in place
+                               clear + "[1]:hello\n" + "[0]:step 2/2" +       // taken away, a line, drawn again
+                               clear + "[0]:step 2/2\n" +                      // finished
+                               clear + "[0]:epoch 2" + clear + "[0]:epoch 2\n");
+  EXPECT_EQ(test::read_file(dir.file("rank_0.log")), "step 2/2\nepoch 2\n") << "the log gets each line's last state";
+}
+
+TEST(WorkerOutput, KeepsWholeTheLinesItIsAskedToKeep) {
+  WorkerOutputOptions options;
+  options.console[0] = false;
+  options.tail_line_bytes = 10;
+  options.kept_lines = 2;
+  options.keep = [](std::string_view line) { return line.find("error") != std::string_view::npos; };
+  WorkerOutput output(options);
+  const std::string long_error = "error: " + std::string(500, 'x');
+  output.on_data(Stream::Out, "error one\nfine\n" + long_error + "\nerror three\n");
+  EXPECT_EQ(output.kept(), (Lines{long_error, "error three"}));
+  EXPECT_EQ(output.tail()[2], "error: xxx... (507 bytes)") << "the tail cuts what kept() keeps whole";
+}
+
 TEST(WorkerOutput, PrefixesEachLineAndKeepsAFileAndATail) {
   test::TempDir dir;
   int out[2], err[2];

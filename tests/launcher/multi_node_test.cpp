@@ -92,6 +92,40 @@ TEST(MultiNode, RestartsHappenInStep) {
                   node0.all());
 }
 
+TEST(MultiNode, TheRootCauseIsTheRankAnotherNodeWaitedFor) {
+  // One worker per node; node 1's is stopped (SIGSTOP); node 0's times out after 3 s.
+  const int port = free_port();
+  TempDir dir;
+  auto node = [&](int rank) {
+    return ddprun_worker({"--nnodes=2", "--node_rank=" + std::to_string(rank), "--nproc_per_node=1",
+                          "--master_addr=127.0.0.1", "--master_port=" + std::to_string(port),
+                          "--rdzv_conf=join_timeout=20"},
+                         training_worker(dir));
+  };
+  Launch node0(node(0));
+  Launch node1(node(1));
+  ASSERT_TRUE(node0.wait_for("[0]:rank 0 training")) << node0.all();
+  ASSERT_TRUE(node1.wait_for("[1]:rank 1 training")) << node1.all();
+  const auto workers = suspend_rank_1(dir);
+  ASSERT_EQ(workers.size(), 2u);
+  ASSERT_TRUE(Launch::wait_all({&node0, &node1}, 60s));
+  const std::string pid1 = std::to_string(workers[1]);
+  for (Launch* n : {&node0, &node1}) {
+    EXPECT_EQ(n->exit_code(), 1) << n->all();
+    expect_contains(n->err(),
+                    {"Root cause: rank 1, which the first failure waited for\n  rank       : 1 (local rank 0 on node 1)",
+                     "  pid        : see the summary of node 1",
+                     "  evidence   : rank 0's error says it waited for rank 1: ",
+                     "First failure (a consequence of the root cause):\n  rank       : 0 (local rank 0 on node 0)"},
+                    n->all());
+  }
+  expect_contains(node1.err(), {"rank 1 (local rank 0, pid " + pid1 + "): stopped by ddprun (signal SIGTERM (15)); it "
+                                "had been suspended (state T in /proc/" + pid1 + "/stat) when the attempt ended  <- "
+                                "root cause"},
+                  node1.all());
+  EXPECT_TRUE(all_gone(workers));
+}
+
 TEST(MultiNode, AVanishedAgentEndsTheJob) {
   TempDir dir;
   const int port = free_port();
@@ -124,8 +158,14 @@ TEST(MultiNode, SigintOnOneNodeStopsEveryNode) {
   node1.signal(SIGINT);
   ASSERT_TRUE(Launch::wait_all({&node0, &node1}, 30s));
   EXPECT_EQ(node1.exit_code(), 128 + SIGINT) << node1.all();
-  EXPECT_EQ(node0.exit_code(), 1) << node0.all();
-  expect_contains(node0.err(), {"Root cause: ddprun on node 1", "received SIGINT"}, node0.all());
+  EXPECT_EQ(node0.exit_code(), 128 + SIGINT) << node0.all();
+  // A requested stop on every node, not a failure.
+  for (Launch* node : {&node0, &node1}) {
+    expect_contains(node->err(), {"the job was stopped by SIGINT (a request, not a failure): ddprun on node 1",
+                                  "received SIGINT and stopped the job"},
+                    node->all());
+    EXPECT_EQ(node->err().find("failed"), std::string::npos) << node->all();
+  }
   expect_contains(node0.out(), {"[0]:rank 0 got SIGTERM"}, node0.all());
   expect_contains(node1.out(), {"[2]:rank 2 got SIGINT"}, node1.all());
 }

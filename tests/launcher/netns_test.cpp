@@ -1,5 +1,8 @@
 // Two "nodes" with their own addresses: two network namespaces joined by a veth pair, one ddprun
 // in each. Needs root (ip netns add); skipped with the reason where it cannot run.
+#include <limits.h>
+#include <unistd.h>
+
 #include "e2e.h"
 #include "support/netns.h"
 
@@ -42,6 +45,33 @@ TEST(NetworkNamespaces, TwoC10dNodesFindTheHostByItsAddress) {
   Launch b(net.in_b(ddprun_worker(flags, {"--allreduce", "--print-env"})));
   expect_one_job(a, b);
   expect_contains(b.err(), {"joining job"}, b.all());
+}
+
+TEST(NetworkNamespaces, TheySkipWithTheReasonWhereTheyCannotBeEntered) {
+  // A real chroot, where "/" is not a mount point: `ip netns add` works, but `ip netns exec`
+  // cannot make "/" a slave mount. A test of this file run inside it must skip, saying why.
+  if (std::getenv("DDP_TEST_IN_CHROOT")) GTEST_SKIP() << "this is the run inside the chroot";
+  char exe[PATH_MAX] = {};
+  ASSERT_GT(::readlink("/proc/self/exe", exe, sizeof exe - 1), 0);
+  const std::string self = exe;
+  const std::string top = self.substr(0, self.find('/', 1));  // "/work" of /work/.../ddprun_tests
+  TempDir root;
+  const std::string script =
+      "set -e; R=" + root.path() + "; for d in /usr /etc /run /dev /proc /sys /tmp " + top +
+      "; do mkdir -p $R$d; mount --rbind $d $R$d; done; "
+      "for l in bin lib lib64 sbin; do if [ -L /$l ]; then ln -s $(readlink /$l) $R/$l; "
+      "elif [ -d /$l ]; then mkdir -p $R/$l; mount --rbind /$l $R/$l; fi; done; "
+      "echo chroot ready; exec chroot $R env DDP_TEST_IN_CHROOT=1 " + self +
+      " --gtest_filter=NetworkNamespaces.TwoStaticNodesWithTheirOwnAddresses";
+  Launch run({"unshare", "--mount", "--propagation", "private", "sh", "-c", script});
+  ASSERT_TRUE(run.wait(60s));
+  if (run.out().find("chroot ready") == std::string::npos) {
+    GTEST_SKIP() << "cannot make a chroot here (it needs root and unshare): " << run.all();
+  }
+  EXPECT_EQ(run.exit_code(), 0) << "the test failed instead of skipping:\n" << run.all();
+  expect_contains(run.out(), {"[  SKIPPED ] NetworkNamespaces.TwoStaticNodesWithTheirOwnAddresses",
+                              "cannot enter a network namespace (ip netns exec: ", "mount --make-rslave"},
+                  run.all());
 }
 
 }  // namespace

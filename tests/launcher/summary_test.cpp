@@ -23,6 +23,18 @@ WorkerExit failed_worker() {
   return w;
 }
 
+// A worker that ddprun stopped, and that ended by `signal` (0: it exited 0).
+WorkerExit stopped_worker(int rank, int local_rank, long pid, int signal) {
+  WorkerExit w;
+  w.rank = rank;
+  w.local_rank = local_rank;
+  w.pid = pid;
+  w.signal = signal;
+  w.exit_code = signal ? -1 : 0;
+  w.stopped = true;
+  return w;
+}
+
 TEST(AttemptEnd, RoundTripsThroughText) {
   AttemptEnd end;
   end.kind = AttemptEnd::Kind::WorkerFailed;
@@ -55,6 +67,24 @@ TEST(AttemptEnd, RoundTripsThroughText) {
   EXPECT_FALSE(stop_back.restartable());
 }
 
+TEST(AttemptEnd, TheBlameTravelsWithTheFailure) {
+  AttemptEnd end;
+  end.kind = AttemptEnd::Kind::WorkerFailed;
+  end.worker = failed_worker();
+  end.blame = Blame{.rank = 3, .local_rank = 1, .node_rank = 1, .host = "node02", .pid = 0,
+                    .evidence = "rank 5's error says it waited for rank 3: \"...\"\nsecond line"};
+  const AttemptEnd back = decode_attempt_end(encode(end));
+  ASSERT_TRUE(back.blame);
+  EXPECT_EQ(back.blame->rank, 3);
+  EXPECT_EQ(back.blame->local_rank, 1);
+  EXPECT_EQ(back.blame->node_rank, 1);
+  EXPECT_EQ(back.blame->host, "node02");
+  EXPECT_EQ(back.blame->pid, 0);
+  EXPECT_EQ(back.blame->evidence, end.blame->evidence);
+  end.blame.reset();
+  EXPECT_FALSE(decode_attempt_end(encode(end)).blame);
+}
+
 TEST(AttemptEnd, RejectsForeignText) {
   EXPECT_THROW(decode_attempt_end("hello"), Error);
   EXPECT_THROW(decode_attempt_end("ddprun-attempt-end 1\nkind=exploded\n"), Error);
@@ -65,12 +95,7 @@ TEST(Summary, NamesTheRootCauseAndEveryLocalWorker) {
   AttemptEnd root;
   root.kind = AttemptEnd::Kind::WorkerFailed;
   root.worker = failed_worker();
-  WorkerExit stopped;
-  stopped.rank = 4;
-  stopped.local_rank = 0;
-  stopped.pid = 4241;
-  stopped.signal = SIGTERM;
-  stopped.stopped = true;
+  const WorkerExit stopped = stopped_worker(4, 0, 4241, SIGTERM);
   SummaryInput in{.root = root, .local = {stopped, root.worker}, .node_rank = 1, .host = "node02", .attempt = 0,
                   .max_restarts = 2, .restarting = true};
   const std::string text = format_summary(in);
@@ -105,6 +130,67 @@ TEST(Summary, OtherRootCausesAreASentence) {
   root.what = "the ddprun of node 3 vanished";
   const std::string text = format_summary({.root = root});
   EXPECT_NE(text.find("Root cause: the ddprun of node 3 vanished"), std::string::npos) << text;
+}
+
+TEST(Summary, ARootCauseOtherThanTheFirstFailureSaysHowDdprunKnows) {
+  AttemptEnd root;
+  root.kind = AttemptEnd::Kind::WorkerFailed;
+  root.worker = failed_worker();  // rank 5, pid 4242
+  root.blame = Blame{.rank = 4, .local_rank = 0, .node_rank = 1, .host = "node02", .pid = 4241,
+                     .evidence = "ddprun found rank 4 suspended (state T in /proc/4241/stat) when rank 5 failed"};
+  WorkerExit stopped = stopped_worker(4, 0, 4241, SIGTERM);
+  stopped.suspended = "suspended (state T in /proc/4241/stat)";
+  const std::string text = format_summary({.root = root, .local = {stopped, root.worker}, .node_rank = 1, .host = "node02"});
+  for (const char* f : {"Root cause: rank 4, which the first failure waited for", "  rank       : 4 (local rank 0 on node 1)",
+                        "  pid        : 4241", "  evidence   : ddprun found rank 4 suspended",
+                        "First failure (a consequence of the root cause):", "  rank       : 5 (local rank 1 on node 1)",
+                        "rank 4 (local rank 0, pid 4241): stopped by ddprun (signal SIGTERM (15)); it had been suspended "
+                        "(state T in /proc/4241/stat) when the attempt ended  <- root cause",
+                        "rank 5 (local rank 1, pid 4242): failed: signal SIGSEGV (11)", "<- first failure"}) {
+    EXPECT_NE(text.find(f), std::string::npos) << "missing '" << f << "' in:\n" << text;
+  }
+  EXPECT_EQ(text.find("Root cause (first failure)"), std::string::npos) << text;
+  // A rank of another node: its pid is that node's to tell.
+  root.blame->pid = 0;
+  root.blame->node_rank = 2;
+  EXPECT_NE(format_summary({.root = root}).find("  pid        : see the summary of node 2"), std::string::npos);
+}
+
+TEST(StopReport, SaysWhoAskedHowTheWorkersEndedAndWhereToResume) {
+  StopInput in{.signal = SIGINT,
+               .what = "ddprun on node 0 (host h, pid 7) received SIGINT and stopped the job",
+               .local = {stopped_worker(0, 0, 100, 0), stopped_worker(1, 1, 101, 0)},
+               .node_rank = 0,
+               .host = "h",
+               .grace_period = std::chrono::seconds(30),
+               .checkpoint = CheckpointRecord{.step = 120, .path = "/ckpt/checkpoint-000000000120.ckpt", .rank = 0},
+               .command = "ddprun --nproc_per_node=2 ./train 'a b'"};
+  const std::string text = format_stop_report(in);
+  for (const char* f : {"ddprun: the job was stopped by SIGINT (a request, not a failure): ddprun on node 0 (host h, "
+                        "pid 7) received SIGINT and stopped the job",
+                        "rank 0 (local rank 0, pid 100): stopped by ddprun (exit code 0)",
+                        "rank 1 (local rank 1, pid 101): stopped by ddprun (exit code 0)",
+                        "Last checkpoint: step 120, /ckpt/checkpoint-000000000120.ckpt (recorded by rank 0)",
+                        "To resume from it, run the same command again:\n  ddprun --nproc_per_node=2 ./train 'a b'\n"}) {
+    EXPECT_NE(text.find(f), std::string::npos) << "missing '" << f << "' in:\n" << text;
+  }
+  for (const char* absent : {"failed", "Root cause", "SIGKILL", "grace"}) {
+    EXPECT_EQ(text.find(absent), std::string::npos) << "'" << absent << "' in:\n" << text;
+  }
+}
+
+TEST(StopReport, WithoutACheckpointOrWithWorkersKilled) {
+  StopInput in{.signal = SIGTERM,
+               .what = "ddprun on node 1 (host g, pid 9) received SIGTERM and stopped the job",
+               .local = {stopped_worker(0, 0, 100, 0), stopped_worker(1, 1, 101, SIGKILL)},
+               .grace_period = std::chrono::milliseconds(1500)};
+  const std::string text = format_stop_report(in);
+  EXPECT_NE(text.find("stopped by SIGTERM (a request, not a failure): ddprun on node 1"), std::string::npos) << text;
+  EXPECT_EQ(text.find("Last checkpoint"), std::string::npos) << "a program without checkpoints gets no step:\n" << text;
+  EXPECT_EQ(text.find("resume"), std::string::npos) << text;
+  EXPECT_NE(text.find("Not every worker ended within --grace_period=1.5 s: what those ended by SIGKILL were writing"),
+            std::string::npos)
+      << text;
 }
 
 TEST(WorkerExit, SignalNames) {

@@ -10,8 +10,17 @@
 //   --check-lost R         after --check-delay-ms, print "lost R: yes|no attempt=A" from the job's
 //                          store (MASTER_ADDR:MASTER_PORT)
 //   --chunks N             print N long lines, each written in small pieces with pauses
+//   --tty-report           print "stdout is a terminal" or "stdout is not a terminal"
+//   --bar N                draw a progress bar N times in place ("\rstep K/N"), then end its line
+//   --train STEPS          init_process_group("gloo", --timeout-ms, default 30000), print
+//                          "rank R training", then STEPS all_reduces --step-ms (default 50) apart;
+//                          an error is printed to stderr and ends the worker with exit code 1
+//   --record-step N        on rank 0, write DDP_CHECKPOINT_RECORD "step=N" (a checkpoint at start)
 //   --then exit|sleep|hang after the above: exit 0 (default); sleep until SIGTERM/SIGINT (print
 //                          "rank R got SIGTERM" and exit 0); or hang, ignoring SIGTERM and SIGINT
+//   --checkpoint-ms MS     with --then sleep: after the signal, "checkpoint" for MS (more signals
+//                          only set the flag again), on rank 0 record step N+1 (N: --record-step),
+//                          print "rank R checkpointed", then exit 0
 //   --then-below-restart N the --then action only while TORCHELASTIC_RESTART_COUNT < N (else exit)
 #include <signal.h>
 #include <unistd.h>
@@ -20,6 +29,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <cstdio>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -44,6 +54,15 @@ void say(const std::string& line) {
   [[maybe_unused]] auto n = ::write(STDOUT_FILENO, text.data(), text.size());
 }
 
+// The record ddprun reads for its stop report, written as a program should: whole, by rename.
+void record_checkpoint(int rank, int step) {
+  const char* path = std::getenv("DDP_CHECKPOINT_RECORD");
+  if (rank != 0 || !path || step < 0) return;
+  const std::string temp = std::string(path) + ".tmp";
+  std::ofstream(temp) << "step=" << step << "\npath=/checkpoints/step-" << step << ".ckpt\n";
+  std::rename(temp.c_str(), path);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -53,6 +72,8 @@ int main(int argc, char** argv) {
   bool print_env = false, spawn_child = false, allreduce = false;
   int check_lost = -1, fail_rank = -1, fail_code = 3, fail_signal = 0, fail_below = 1 << 30, chunks = 0;
   int fail_delay_ms = 0, check_delay_ms = 0, then_below = 1 << 30;
+  int bar = 0, train = 0, timeout_ms = 30000, step_ms = 50, record_step = -1, checkpoint_ms = 0;
+  bool tty_report = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto next = [&]() -> std::string {
@@ -76,6 +97,13 @@ int main(int argc, char** argv) {
     else if (arg == "--fail-delay-ms") fail_delay_ms = std::stoi(next());
     else if (arg == "--check-delay-ms") check_delay_ms = std::stoi(next());
     else if (arg == "--then-below-restart") then_below = std::stoi(next());
+    else if (arg == "--tty-report") tty_report = true;
+    else if (arg == "--bar") bar = std::stoi(next());
+    else if (arg == "--train") train = std::stoi(next());
+    else if (arg == "--timeout-ms") timeout_ms = std::stoi(next());
+    else if (arg == "--step-ms") step_ms = std::stoi(next());
+    else if (arg == "--record-step") record_step = std::stoi(next());
+    else if (arg == "--checkpoint-ms") checkpoint_ms = std::stoi(next());
     else {
       std::fprintf(stderr, "test_worker: unknown argument %s\n", arg.c_str());
       return 64;
@@ -101,6 +129,29 @@ int main(int argc, char** argv) {
     for (char** e = environ; *e; ++e) say(std::string("ENV ") + *e);
   }
   if (!pid_dir.empty()) std::ofstream(pid_dir + "/worker_" + std::to_string(rank)) << ::getpid() << "\n";
+  record_checkpoint(rank, record_step);
+  if (tty_report) say(::isatty(STDOUT_FILENO) ? "stdout is a terminal" : "stdout is not a terminal");
+  for (int k = 1; k <= bar; ++k) {
+    const std::string text = "\rstep " + std::to_string(k) + "/" + std::to_string(bar);
+    [[maybe_unused]] auto n = ::write(STDOUT_FILENO, text.data(), text.size());
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  }
+  if (bar > 0) say("");
+  if (train > 0) {
+    try {
+      ddp::init_process_group("gloo", {.timeout = std::chrono::milliseconds(timeout_ms)});
+      say("rank " + std::to_string(rank) + " training");
+      for (int step = 0; step < train; ++step) {
+        float value = 1;
+        ddp::get_default_group()->all_reduce(ddp::buffer_of(&value, 1))->wait();
+        std::this_thread::sleep_for(std::chrono::milliseconds(step_ms));
+      }
+      ddp::destroy_process_group();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
+      return 1;
+    }
+  }
   if (allreduce) {
     try {
       ddp::init_process_group("gloo", {.timeout = std::chrono::seconds(30)});
@@ -146,6 +197,11 @@ int main(int argc, char** argv) {
     say("rank " + std::to_string(rank) + " sleeping");
     while (!got_signal) ::usleep(20000);
     say("rank " + std::to_string(rank) + " got " + (got_signal == SIGINT ? "SIGINT" : "SIGTERM"));
+    if (checkpoint_ms > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(checkpoint_ms));
+      record_checkpoint(rank, record_step + 1);
+      say("rank " + std::to_string(rank) + " checkpointed");
+    }
     return 0;
   }
   if (then == "hang") {

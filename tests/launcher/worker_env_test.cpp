@@ -51,6 +51,13 @@ TEST(WorkerEnv, KeepsTheUsersNcclSettingAndAddsTheErrorFile) {
   const auto env = worker_environment({}, job, map_env({{"NCCL_ASYNC_ERROR_HANDLING", "0"}}));
   EXPECT_FALSE(env.count("NCCL_ASYNC_ERROR_HANDLING"));  // inherited as the user set it
   EXPECT_EQ(env.at("TORCHELASTIC_ERROR_FILE"), "/logs/rank_0.error.json");
+  EXPECT_FALSE(env.count("DDP_CHECKPOINT_RECORD"));
+}
+
+TEST(WorkerEnv, NamesTheCheckpointRecord) {
+  JobEnv job;
+  job.checkpoint_record = "/tmp/ddprun-checkpoints-x/rank_3";
+  EXPECT_EQ(worker_environment({}, job, map_env({})).at("DDP_CHECKPOINT_RECORD"), "/tmp/ddprun-checkpoints-x/rank_3");
 }
 
 }  // namespace

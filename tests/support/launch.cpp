@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pty.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -19,9 +20,24 @@ namespace ddp::test {
 
 using Clock = std::chrono::steady_clock;
 
-Launch::Launch(std::vector<std::string> argv, std::map<std::string, std::string> env) : argv_(std::move(argv)) {
+Launch::Launch(std::vector<std::string> argv, std::map<std::string, std::string> env, LaunchOptions options)
+    : argv_(std::move(argv)) {
   int out[2], err[2];
-  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
+  if (options.stdout_terminal) {
+    winsize size{};
+    size.ws_row = 24;
+    size.ws_col = 100;
+    if (::openpty(&out[0], &out[1], nullptr, nullptr, &size) != 0) throw std::runtime_error("openpty failed");
+    ::fcntl(out[0], F_SETFD, FD_CLOEXEC);
+    ::fcntl(out[1], F_SETFD, FD_CLOEXEC);
+    termios mode{};
+    ::tcgetattr(out[1], &mode);
+    mode.c_oflag &= ~static_cast<tcflag_t>(OPOST);
+    ::tcsetattr(out[1], TCSANOW, &mode);
+  } else if (::pipe2(out, O_CLOEXEC) != 0) {
+    throw std::runtime_error("pipe failed");
+  }
+  if (::pipe2(err, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
   pid_ = ::fork();
   if (pid_ == 0) {
     ::setpgid(0, 0);
@@ -88,7 +104,8 @@ void Launch::pump(int timeout_ms) {
         sink.append(buffer, static_cast<std::size_t>(got));
         continue;
       }
-      if (got == 0) {
+      // The end: EOF of a pipe, or EIO of a terminal once every writer closed it.
+      if (got == 0 || (errno != EAGAIN && errno != EINTR)) {
         ::close(*fd);
         *fd = -1;
       }

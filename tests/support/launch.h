@@ -18,11 +18,17 @@ using namespace std::chrono_literals;
 // As a value in Launch's env: remove the variable.
 inline const std::string kUnset = "<unset>";
 
+struct LaunchOptions {
+  // stdout is a pseudo-terminal (as in a terminal window), passing output on as written (no
+  // "\n" -> "\r\n"); stderr stays a pipe.
+  bool stdout_terminal = false;
+};
+
 class Launch {
  public:
   // Starts argv[0] (looked up in PATH) with `env` set on top of this process's environment, in a
   // process group of its own.
-  Launch(std::vector<std::string> argv, std::map<std::string, std::string> env = {});
+  Launch(std::vector<std::string> argv, std::map<std::string, std::string> env = {}, LaunchOptions options = {});
   ~Launch();
   Launch(const Launch&) = delete;
   Launch& operator=(const Launch&) = delete;

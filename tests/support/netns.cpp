@@ -29,6 +29,14 @@ TwoNodeNetwork::TwoNodeNetwork() {
     return;
   }
   created_a_ = true;
+  // Entering one needs a mount namespace in which / can be made a slave mount: refused in a
+  // chroot (/ is not a mount point) or an unprivileged container. Then nothing here can run.
+  auto [enter_rc, enter_out] = shell("ip netns exec " + a_ + " true");
+  if (enter_rc != 0) {
+    skip_reason_ = "cannot enter a network namespace (ip netns exec: " + enter_out +
+                   "); this test needs root outside a chroot or restricted container";
+    return;
+  }
   for (const std::string& step : {"ip netns add " + b_, "ip link add " + veth_a_ + " type veth peer name " + veth_b_,
                                   "ip link set " + veth_a_ + " netns " + a_, "ip link set " + veth_b_ + " netns " + b_,
                                   "ip -n " + a_ + " addr add 10.200.0.1/24 dev " + veth_a_,

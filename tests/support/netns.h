@@ -1,5 +1,6 @@
 // Two "hosts" on one machine for tests: network namespaces A (10.200.0.1) and B (10.200.0.2)
-// joined by a veth pair. Needs root and the ip tool; where it cannot be set up, tests skip with
+// joined by a veth pair. Needs root and the ip tool, and a machine where namespaces can be made
+// and entered (not a chroot, not an unprivileged container); where they cannot, tests skip with
 // the reason.
 #pragma once
 

@@ -48,7 +48,9 @@ class Checkpoints {
   // Collective over `group` (default: the default group, or none when not initialized): rank 0
   // serializes with `write`, writes <dir>/<prefix>-<step>.ckpt through a temporary file, fsync
   // and rename, and removes all but the newest `keep`; then every rank waits at a barrier, so
-  // that after save() returns the checkpoint is on disk for everyone. Returns the path.
+  // that after save() returns the checkpoint is on disk for everyone. Returns the path. Under
+  // ddprun, rank 0 also writes "step=N" and "path=FILE" to the file DDP_CHECKPOINT_RECORD names,
+  // so that a stopped job's report says where it resumes from (a failure there is only logged).
   // Throws IOError naming the file when it cannot be written (the previous checkpoints stay).
   std::string save(std::int64_t step, const std::function<void(torch::serialize::OutputArchive&)>& write,
                    const std::shared_ptr<ProcessGroup>& group = nullptr);

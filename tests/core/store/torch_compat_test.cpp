@@ -7,12 +7,14 @@
 #include <unistd.h>
 
 #include <climits>
+#include <filesystem>
 #include <thread>
 
 #include "ddp/distributed.h"
 #include "ddp/error.h"
 #include "ddp/tcp_store.h"
 #include "store_contract.h"
+#include "support/launch.h"
 #include "support/multiprocess.h"
 #include "util/strings.h"
 
@@ -262,11 +264,16 @@ TEST(TorchCompat, TorchrunLaunchesDdpRanks) {
   const std::string filter = "--gtest_filter=TorchCompat.TorchrunLaunchesDdpRanks";
   // --redirects 1 --tee 1: torchrun 1.13 under Python 3.11 fails on its default redirects value
   // (Std.NONE is not found when iterating the flag enum); redirecting stdout avoids that path.
+  // Its logs (else /tmp/torchelastic_*, left behind) and temporary files go to a folder removed
+  // after the test.
+  test::TempDir logs;
   auto result = test::run_command({kPython, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
                                    std::to_string(test::free_port()), "--monitor_interval", "0.1", "--redirects", "1",
-                                   "--tee", "1", "--no_python", exe, filter, "--gtest_brief=1"},
-                                  {{"DDP_TEST_UNDER_TORCHRUN", "1"}}, 90s);
+                                   "--tee", "1", "--log_dir", logs.path(), "--no_python", exe, filter,
+                                   "--gtest_brief=1"},
+                                  {{"DDP_TEST_UNDER_TORCHRUN", "1"}, {"TMPDIR", logs.path()}}, 90s);
   EXPECT_TRUE(result.ok()) << result.output;
+  EXPECT_FALSE(std::filesystem::is_empty(logs.path())) << "torchrun wrote its logs elsewhere";
   EXPECT_NE(result.output.find("ddp rank 0 of 2 under torchrun: all_reduce 3"), std::string::npos) << result.output;
   EXPECT_NE(result.output.find("ddp rank 1 of 2 under torchrun: all_reduce 3"), std::string::npos) << result.output;
 }

@@ -67,6 +67,33 @@ TEST(Checkpoints, SaveAndLoadTheNewestKeepingTwo) {
   EXPECT_TRUE(loaded->skipped.empty());
 }
 
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// Under ddprun, DDP_CHECKPOINT_RECORD names where the launcher reads the last checkpoint for its
+// stop report (src/launcher/checkpoint_record.h reads the format written here).
+TEST(Checkpoints, RecordsTheLastSaveForTheLauncher) {
+  TempDir dir;
+  fs::create_directories(dir.path);
+  const fs::path record = dir.path / "record";
+  Checkpoints c({.directory = (dir.path / "ckpt").string()});
+  ::setenv("DDP_CHECKPOINT_RECORD", record.c_str(), 1);
+  save_value(c, 7, 1);
+  const std::string first = (fs::absolute(dir.path) / "ckpt/checkpoint-000000000007.ckpt").string();
+  EXPECT_EQ(read_text(record), "step=7\npath=" + first + "\n");
+  save_value(c, 9, 2);
+  EXPECT_EQ(read_text(record).substr(0, 7), "step=9\n");
+  // A record that cannot be written costs the report its step, not the checkpoint.
+  ::setenv("DDP_CHECKPOINT_RECORD", (dir.path / "missing/record").c_str(), 1);
+  EXPECT_NO_THROW(save_value(c, 11, 3));
+  EXPECT_EQ(load_value(c), 3);
+  ::unsetenv("DDP_CHECKPOINT_RECORD");
+  save_value(c, 12, 4);
+  EXPECT_EQ(read_text(record).substr(0, 7), "step=9\n") << "no launcher asked: nothing recorded";
+}
+
 TEST(Checkpoints, ATruncatedOrDamagedNewestIsNamedAndTheOlderUsed) {
   for (bool truncate : {true, false}) {
     TempDir dir;
