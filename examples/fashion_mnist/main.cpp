@@ -18,6 +18,7 @@
 #include "flags.h"
 #include "metrics.h"
 #include "net.h"
+#include "plot.h"
 #include "progress.h"
 
 namespace {
