@@ -53,7 +53,8 @@ void chart(std::ostringstream& svg, const Box& panel, const std::string& title, 
     const double pad = (hi - lo) * 0.04;  // keeps the points off the frame
     const Ticks y = nice_ticks(lo - pad, hi + pad, 5);
     const Ticks x = nice_ticks(1, static_cast<double>(n), 8, 1);
-    auto px = [&](double epoch) { return area.x + area.w * (epoch - x.lo) / (x.hi - x.lo); };
+    const double inset = 12;  // the first and last epochs' points off the frame's sides
+    auto px = [&](double epoch) { return area.x + inset + (area.w - 2 * inset) * (epoch - x.lo) / (x.hi - x.lo); };
     auto py = [&](double v) { return area.bottom() - area.h * (v - y.lo) / (y.hi - y.lo); };
     for (double v : y.values) {
       svg << "<line class='grid' x1='" << area.x << "' x2='" << area.right() << "' y1='" << py(v) << "' y2='" << py(v)

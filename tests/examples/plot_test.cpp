@@ -167,8 +167,8 @@ TEST(Plot, LinesStayInsideTheFrameWhichIsDrawnLastAndTheLegendIsOutsideIt) {
     std::istringstream points((*it)[1].str());
     for (std::string point; points >> point;) {
       const double x = std::stod(point.substr(0, point.find(','))), y = std::stod(point.substr(point.find(',') + 1));
-      EXPECT_GE(x, f[0]) << point;
-      EXPECT_LE(x, f[0] + f[2]) << point;
+      EXPECT_GT(x, f[0]) << point << ": on or left of the frame";
+      EXPECT_LT(x, f[0] + f[2]) << point << ": on or right of the frame";
       EXPECT_GT(y, f[1]) << point << ": on or above the frame's top";
       EXPECT_LT(y, f[1] + f[3]) << point << ": on or below the frame's bottom";
     }
