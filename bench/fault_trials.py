@@ -80,6 +80,19 @@ def processes(marker):
     return found
 
 
+def describe(marker):
+    """The run's live processes with their state: "rank 0 (pid 42, T: stopped), ddprun (pid 40, S)"."""
+    states = {"R": "running", "S": "sleeping", "D": "in I/O", "T": "stopped", "t": "traced"}
+    parts = []
+    for pid, rank in sorted(processes(marker).items()):
+        stat = read("/proc/%d/stat" % pid)
+        state = stat[stat.rfind(")") + 2:][:1] if stat else "?"
+        name = "rank %d" % rank if rank is not None else os.path.basename(
+            read("/proc/%d/cmdline" % pid, binary=True).split(b"\0")[0].decode(errors="replace"))
+        parts.append("%s (pid %d, %s)" % (name, pid, states.get(state, state)))
+    return ", ".join(parts) or "nothing"
+
+
 def trainers(marker):
     return {rank: pid for pid, rank in processes(marker).items() if rank is not None}
 
@@ -224,11 +237,12 @@ def one_trial(args, index, fault, rng, root, reference, train_seconds):
     status = job.wait(allowed)
     ended_after = time.monotonic() - fault_time
     if status is None:
-        problems.append("the job had not ended %d s after the fault" % allowed)
+        problems.append("the job had not ended %d s after the fault; still there: %s" % (allowed, describe(run_dir)))
         job.kill_everything()
-        status = job.process.returncode
     # 2. The exit status, and who is named.
-    if fault in ("kill-rank", "stop-rank", "term-rank"):
+    if status is None:
+        pass  # nothing more to learn from how it ended
+    elif fault in ("kill-rank", "stop-rank", "term-rank"):
         check_named(fault, victim, status, job, problems, notes)
         if fault != "term-rank" and status not in (0, 1):
             problems.append("ddprun exited %s, expected 1 (a failed job)" % status)
