@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Installs what ddp needs on Debian 12 (only what is missing), then configures and builds it.
-#   scripts/setup.sh [build-dir] [extra cmake args...]
+# Installs what ddp needs on Debian 12 (only what is missing), then configures and builds it: all
+# of it, or the targets named with --target (the quickstart builds only ddprun and the example).
+# A build folder that is configured already is configured again only when cmake args are given
+# (ninja itself reruns CMake when a CMakeLists.txt changes).
+#   scripts/setup.sh [--target NAME]... [build-dir] [extra cmake args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,21 +19,20 @@ PACKAGES=(
   iproute2 procps                    # network namespaces for multi-node tests; ps/pkill
 )
 
-missing=()
-for p in "${PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+targets=()
+while [ "${1:-}" = --target ]; do
+  targets+=("${2:?--target needs a target name}")
+  shift 2
 done
-if ((${#missing[@]})); then
-  echo "setup: installing ${missing[*]}"
-  SUDO=""
-  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
-
 BUILD="${1:-build}"
 shift || true
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
-# Two jobs: a LibTorch translation unit needs about 1 GB and 20 s; more would only thrash a small machine.
-ninja -C "$BUILD" -j "${DDP_BUILD_JOBS:-$(nproc)}"
+
+scripts/install_packages.sh "${PACKAGES[@]}"
+
+if [ ! -f "$BUILD/build.ninja" ] || (($#)); then
+  echo "setup: configuring $BUILD"
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+fi
+echo "setup: building ${targets[*]:-everything} in $BUILD"
+# DDP_BUILD_JOBS: parallel jobs (default one per core); a LibTorch translation unit needs about 1 GB and 20 s.
+ninja -C "$BUILD" -j "${DDP_BUILD_JOBS:-$(nproc)}" "${targets[@]}"

@@ -16,8 +16,10 @@
 #include "ddp/torch/data/fashion_mnist.h"
 #include "ddp/torch/distributed_sampler.h"
 #include "flags.h"
+#include "loss_sums.h"
 #include "metrics.h"
 #include "net.h"
+#include "plot.h"
 #include "progress.h"
 
 namespace {
@@ -76,6 +78,14 @@ TestResult evaluate(ddp::DistributedDataParallel<NetImpl>& model, const ddp::dat
 
 void write_text(const std::string& path, const std::string& text) { ddp::write_file_atomically(path, text); }
 
+// Every rank's loss sums, in rank order ([world, 4]): a checkpoint keeps them all, since each
+// rank's share of a mean is its own. Collective.
+at::Tensor gather_loss_sums(const LossSums& mine, int world) {
+  auto all = torch::empty({world * 4}, torch::kDouble);
+  ddp::all_gather_into_tensor(all, torch::tensor(mine.values(), torch::kDouble));
+  return all.view({world, 4});
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -130,7 +140,8 @@ int main(int argc, char** argv) {
     ddp::Checkpoints checkpoints({.directory = flags.checkpoint_dir, .keep = 2});
     int start_epoch = 0;
     std::int64_t step = 0, batches_done = 0;
-    double epoch_loss_sum = 0, epoch_loss_count = 0;
+    LossSums loss_sums;
+    double epoch_seconds_before = 0;  // training time of the epoch under way spent before the last resume
     std::vector<EpochMetrics> history;
     if (!flags.resume && !checkpoints.list().empty()) {
       throw std::invalid_argument("--no-resume, but " + flags.checkpoint_dir + " holds checkpoints of an earlier run; "
@@ -162,10 +173,18 @@ int main(int argc, char** argv) {
         archive.read("batches_done", v);
         batches_done = v.toInt();
         if (batches_done > 0) sampler.load(s);  // mid-epoch: continue with exactly the next batch
-        at::Tensor loss, rng, past;
-        archive.read("epoch_loss", loss);
-        epoch_loss_sum = loss[0].item<double>();
-        epoch_loss_count = loss[1].item<double>();
+        at::Tensor sums, rng, past;
+        archive.read("loss_sums", sums);
+        if (batches_done > 0) {  // mid-epoch: this rank's own sums (the sampler has checked the world size)
+          if (sums.dim() != 2 || sums.size(0) != world || sums.size(1) != 4) {
+            throw std::runtime_error("its loss sums are not those of " + std::to_string(world) +
+                                     " ranks; resume with as many ranks, or start afresh with --no-resume");
+          }
+          auto row = sums[rank].contiguous();
+          loss_sums = LossSums::from_values({row.data_ptr<double>(), row.data_ptr<double>() + 4});
+        }
+        archive.read("epoch_seconds", v);
+        epoch_seconds_before = v.toDouble();
         archive.read("rng", rng);
         at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle to the default generator
         generator.set_state(rng);
@@ -178,7 +197,9 @@ int main(int argc, char** argv) {
                   << ", sampler position " << sampler.state().consumed << " of " << sampler.size() << std::endl;
       }
     }
-    auto save_checkpoint = [&](int epoch) {
+    // `epoch_seconds`: the training time of the epoch under way so far (0 at an epoch's end).
+    auto save_checkpoint = [&](int epoch, double epoch_seconds) {
+      const auto all_loss_sums = gather_loss_sums(loss_sums, world);
       checkpoints.save(step, [&](torch::serialize::OutputArchive& archive) {
         torch::serialize::OutputArchive m, o, s;
         net->save(m);
@@ -192,7 +213,8 @@ int main(int argc, char** argv) {
         archive.write("batches_done", c10::IValue(batches_done));
         archive.write("batch_size", c10::IValue(static_cast<std::int64_t>(flags.batch_size)));
         archive.write("accum", c10::IValue(static_cast<std::int64_t>(flags.accum)));
-        archive.write("epoch_loss", torch::tensor({epoch_loss_sum, epoch_loss_count}, torch::kDouble));
+        archive.write("loss_sums", all_loss_sums);
+        archive.write("epoch_seconds", c10::IValue(epoch_seconds));
         archive.write("rng", at::detail::getDefaultCPUGenerator().get_state());
         archive.write("history", torch::tensor(flatten(history), torch::kDouble));
       });
@@ -210,9 +232,12 @@ int main(int argc, char** argv) {
     for (int epoch = start_epoch; epoch < flags.epochs; ++epoch) {
       // 5. A new order every epoch, the same on every rank (a resumed epoch keeps its position).
       if (batches_done == 0) sampler.set_epoch(epoch);
+      // A resumed epoch's time and images count from the epoch's start, not from the resume.
       const auto epoch_start = std::chrono::steady_clock::now();
-      const auto images_before = step * flags.batch_size * flags.accum * world;
-      double window_sum = 0, window_count = 0;
+      auto epoch_seconds = [&] {
+        return epoch_seconds_before + std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
+      };
+      const std::int64_t first_step_of_epoch = static_cast<std::int64_t>(epoch) * steps_per_epoch;
       for (auto& batch : *loader) {
         const std::int64_t micro = batches_done % flags.accum;
         const bool last_micro = micro == flags.accum - 1 || batches_done + 1 == batches_per_epoch;
@@ -232,8 +257,7 @@ int main(int argc, char** argv) {
           loss_value = step_loss();
         }
         ++batches_done;
-        window_sum += loss_value;
-        window_count += 1;
+        loss_sums.add(loss_value);
         if (!last_micro) continue;
         optimizer.step();
         optimizer.zero_grad();
@@ -242,13 +266,11 @@ int main(int argc, char** argv) {
         const std::int64_t step_in_epoch = (batches_done + flags.accum - 1) / flags.accum;
         const bool log_now = step % flags.log_every == 0 || batches_done == batches_per_epoch;
         if (log_now) {  // every rank at the same steps: these are collectives
-          auto sums = sum_over_ranks({window_sum, window_count, static_cast<double>(stop_requested)});
-          epoch_loss_sum += window_sum;
-          epoch_loss_count += window_count;
-          window_sum = window_count = 0;
+          auto sums = sum_over_ranks({loss_sums.window_sum, loss_sums.window_count, static_cast<double>(stop_requested)});
+          loss_sums.close_window();
           progress.update(epoch + 1, step_in_epoch, step, sums[0] / sums[1]);
           if (sums[2] > 0 && batches_done < batches_per_epoch) {
-            save_checkpoint(epoch);
+            save_checkpoint(epoch, epoch_seconds());
             progress.finish_line();
             if (leader) std::cout << "stopped by a signal at step " << step << "; run again to resume" << std::endl;
             ddp::destroy_process_group();
@@ -256,32 +278,26 @@ int main(int argc, char** argv) {
           }
         }
         if (step == flags.stop_after && batches_done < batches_per_epoch) {
-          epoch_loss_sum += window_sum;
-          epoch_loss_count += window_count;
-          save_checkpoint(epoch);
+          save_checkpoint(epoch, epoch_seconds());
           progress.finish_line();
           if (leader) std::cout << "stopping after step " << step << " (--stop-after); run again to resume" << std::endl;
           ddp::destroy_process_group();
           return 0;
         }
-        if (step % flags.checkpoint_every == 0 && batches_done < batches_per_epoch) {
-          epoch_loss_sum += window_sum;
-          epoch_loss_count += window_count;
-          window_sum = window_count = 0;
-          save_checkpoint(epoch);
-        }
+        if (step % flags.checkpoint_every == 0 && batches_done < batches_per_epoch) save_checkpoint(epoch, epoch_seconds());
       }
       progress.finish_line();
-      auto losses = sum_over_ranks({epoch_loss_sum, epoch_loss_count});
+      auto losses = sum_over_ranks({loss_sums.epoch_sum, loss_sums.epoch_count});  // the last step closed the window
       auto result = evaluate(model, test, test_size, device);
-      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
-      const double images = static_cast<double>(step * flags.batch_size * flags.accum * world - images_before);
+      const double seconds = epoch_seconds();
+      const double images = static_cast<double>((step - first_step_of_epoch) * flags.batch_size * flags.accum * world);
       history.push_back({epoch + 1, losses[0] / losses[1], result.loss, result.accuracy,
                          learning_rate(flags, step, total_steps), seconds, images / seconds});
       batches_done = 0;
-      epoch_loss_sum = epoch_loss_count = 0;
+      loss_sums = {};
+      epoch_seconds_before = 0;
       // 7. Rank 0 saves, then everyone meets at a barrier (inside save).
-      save_checkpoint(epoch + 1);
+      save_checkpoint(epoch + 1, 0);
       if (leader) {
         const auto& m = history.back();
         std::printf("epoch %d/%d: train loss %.4f, test loss %.4f, test accuracy %.2f%%, %.1f s\n", m.epoch,

@@ -1,4 +1,4 @@
-// Per-epoch metrics: the CSV a user can load anywhere, and an SVG plot a browser opens.
+// Per-epoch metrics and the CSV a user can load anywhere (plot.h draws them).
 #pragma once
 
 #include <string>
@@ -10,14 +10,12 @@ struct EpochMetrics {
   double test_loss = 0;
   double test_accuracy = 0;    // in [0, 1]
   double lr = 0;               // at the end of the epoch
-  double seconds = 0;          // wall time of the epoch (training and test)
-  double samples_per_second = 0;  // training images per second, all ranks together
+  double seconds = 0;          // wall time of the epoch (training and test); a resumed epoch adds the
+                               // time its earlier runs spent up to the checkpoint it resumed from
+  double samples_per_second = 0;  // the epoch's training images per second, all ranks together
 };
 
 std::string to_csv(const std::vector<EpochMetrics>& rows);
-
-// Two panels: training and test loss per epoch; test accuracy per epoch.
-std::string render_svg(const std::vector<EpochMetrics>& rows);
 
 // Rows as numbers (for a checkpoint) and back.
 std::vector<double> flatten(const std::vector<EpochMetrics>& rows);

@@ -1,6 +1,6 @@
 // The main job end to end: 2 ranks under ddprun on a subset of the real data. Loss falls, a
 // stopped run resumes from its checkpoint at the same sampler position and ends exactly where an
-// uninterrupted run ends, a damaged checkpoint is named and passed over.
+// uninterrupted run ends, with the same metrics, and a damaged checkpoint is named and passed over.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 #include <unistd.h>
@@ -51,6 +51,13 @@ class FashionMnist : public ::testing::Test {
     return out;
   }
 
+  static std::vector<std::string> columns(const std::string& line) {
+    std::vector<std::string> cells;
+    std::stringstream in(line);
+    for (std::string cell; std::getline(in, cell, ',');) cells.push_back(cell);
+    return cells;
+  }
+
   std::vector<at::Tensor> final_model(const std::string& dir) {
     auto tensors = test::final_model((root_ / dir).string());
     EXPECT_FALSE(tensors.empty()) << "no checkpoint in " << dir;
@@ -95,6 +102,22 @@ TEST_F(FashionMnist, LearnsStopsResumesExactlyAndPassesOverADamagedCheckpoint) {
   ASSERT_EQ(a.size(), b.size());
   for (std::size_t i = 0; i < a.size(); ++i) {
     EXPECT_TRUE(at::equal(a[i], b[i])) << "tensor " << i << " differs between the uninterrupted and the resumed run";
+  }
+  // Every number the resumed run reports is the uninterrupted run's: the resumed epoch's train
+  // loss included (each rank's share of it was in the checkpoint). Time varies from run to run;
+  // what it measures does not: seconds x images per second is the whole epoch's 1024 images.
+  auto resumed_csv = lines(root_ / "resumed" / "metrics.csv");
+  ASSERT_EQ(resumed_csv.size(), csv.size()) << second.output;
+  for (std::size_t row = 1; row < csv.size(); ++row) {
+    const auto w = columns(csv[row]), r = columns(resumed_csv[row]);
+    ASSERT_EQ(w.size(), 7u);
+    ASSERT_EQ(r.size(), 7u);
+    for (std::size_t c = 0; c < 5; ++c) {
+      EXPECT_EQ(r[c], w[c]) << "column " << c << " of epoch " << row << ":\n" << csv[row] << "\n" << resumed_csv[row];
+    }
+    for (const auto& cells : {w, r}) {
+      EXPECT_NEAR(std::stod(cells[5]) * std::stod(cells[6]), 1024, 1024 * 0.01) << csv[row] << "\n" << resumed_csv[row];
+    }
   }
 
   // A damaged newest checkpoint: named, passed over, and the older one resumed.

@@ -1,0 +1,68 @@
+# The stages of a test run (sourced by scripts/test.sh): each stage runs even when an earlier one
+# failed (a failed build skips only the tests of that build), and the run ends with every stage's
+# result, the tests that failed, and the main CTest run's summary line last; finish_stages
+# returns non-zero when anything failed or was skipped.
+#
+#   source scripts/stages.sh
+#   stage "build" scripts/setup.sh build &&
+#     ctest_stage "all tests" build/ctest.log ctest --test-dir build || skip_stage "all tests" "its build failed"
+#   finish_stages
+
+_stage_lines=()   # one result line per stage, in order
+_stage_failed=0
+_main_summary=""  # the first CTest stage's summary line
+
+# stage NAME COMMAND...: runs COMMAND; returns its status.
+stage() {
+  local name="$1"
+  shift
+  echo "== $name"
+  local status=0
+  "$@" || status=$?
+  if ((status == 0)); then
+    _stage_lines+=("$name: passed")
+  else
+    _stage_lines+=("$name: FAILED (exit status $status)")
+    _stage_failed=1
+  fi
+  return "$status"
+}
+
+# ctest_stage NAME LOG COMMAND...: runs a CTest COMMAND with its output on screen and in LOG;
+# the result line gets CTest's summary and the failed tests.
+ctest_stage() {
+  local name="$1" log="$2"
+  shift 2
+  echo "== $name"
+  local status=0
+  "$@" 2>&1 | tee "$log" || status=$?  # CTest's status (pipefail: tee does not fail)
+  local summary
+  summary="$(grep -E "tests passed, [0-9]+ tests failed out of" "$log" | tail -n 1 || true)"
+  [ -n "$_main_summary" ] || _main_summary="${summary:-$name: no CTest summary (see $log)}"
+  if ((status == 0)); then
+    _stage_lines+=("$name: passed (${summary:-no summary})")
+  else
+    _stage_lines+=("$name: FAILED (${summary:-exit status $status}; log: $log)")
+    # CTest lists them after "The following tests FAILED:", one a line, indented.
+    local failed
+    failed="$(awk '/^The following tests FAILED:/ {on = 1; next} on && /^[ \t]/ {sub(/^[ \t]+/, ""); print "    " $0; next} {on = 0}' "$log")"
+    [ -z "$failed" ] || _stage_lines+=("$failed")
+    _stage_failed=1
+  fi
+  return "$status"
+}
+
+# skip_stage NAME REASON: a stage that could not run counts as a failure.
+skip_stage() {
+  _stage_lines+=("$1: NOT RUN ($2)")
+  _stage_failed=1
+  [ -n "$_main_summary" ] || _main_summary="$1: not run ($2)"
+  return 0
+}
+
+finish_stages() {
+  echo "== results"
+  printf '%s\n' "${_stage_lines[@]}"
+  [ -z "$_main_summary" ] || echo "$_main_summary"
+  return "$_stage_failed"
+}
