@@ -41,4 +41,19 @@ std::vector<std::size_t> reverse_order(std::size_t count) {
   return order;
 }
 
+std::vector<std::size_t> observed_order(const std::vector<std::int64_t>& seen, std::size_t count) {
+  std::vector<std::size_t> order;
+  std::vector<bool> listed(count);
+  for (std::int64_t p : seen) {
+    if (p >= 0 && static_cast<std::size_t>(p) < count && !listed[p]) {
+      order.push_back(static_cast<std::size_t>(p));
+      listed[p] = true;
+    }
+  }
+  for (std::size_t p : reverse_order(count)) {
+    if (!listed[p]) order.push_back(p);
+  }
+  return order;
+}
+
 }  // namespace ddp::detail

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 namespace ddp::detail {
@@ -26,5 +27,10 @@ BucketPlan plan_buckets(const std::vector<ParamSpec>& params, const std::vector<
 // The default order: the reverse of registration order, in which backward usually produces
 // gradients.
 std::vector<std::size_t> reverse_order(std::size_t count);
+
+// The order the buckets are rebuilt from after the first backward: `seen` (the order in which
+// rank 0's gradients arrived, as broadcast; entries outside [0, count) and repeats are skipped),
+// then the parameters it does not list, in reverse_order.
+std::vector<std::size_t> observed_order(const std::vector<std::int64_t>& seen, std::size_t count);
 
 }  // namespace ddp::detail

@@ -19,10 +19,9 @@ void Readiness::reset() {
   next_launch_ = 0;
 }
 
-std::vector<std::size_t> Readiness::mark_ready(std::size_t param, bool& first_time) {
-  first_time = !ready_[param];
+std::vector<std::size_t> Readiness::mark_ready(std::size_t param) {
   std::vector<std::size_t> launch;
-  if (!first_time || bucket_of_[param] == SIZE_MAX) return launch;
+  if (ready_[param] || bucket_of_[param] == SIZE_MAX) return launch;
   ready_[param] = true;
   order_.push_back(param);
   --pending_[bucket_of_[param]];

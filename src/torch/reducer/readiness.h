@@ -19,17 +19,13 @@ class Readiness {
   void reset();
 
   // Marks `param` ready and returns the buckets that may launch now, in order (possibly none).
-  // Returns false in `first_time` when the parameter was already ready in this iteration.
-  std::vector<std::size_t> mark_ready(std::size_t param, bool& first_time);
+  // A parameter already ready in this iteration changes nothing.
+  std::vector<std::size_t> mark_ready(std::size_t param);
 
   // Parameters of some bucket that are not ready yet.
   std::vector<std::size_t> unready() const;
   // The order in which parameters became ready in this iteration.
   const std::vector<std::size_t>& ready_order() const { return order_; }
-  bool any_ready() const { return !order_.empty(); }
-  bool all_launched() const { return next_launch_ == pending_.size(); }
-  std::size_t bucket_of(std::size_t param) const { return bucket_of_[param]; }
-  std::size_t num_buckets() const { return pending_.size(); }
 
  private:
   BucketPlan plan_;

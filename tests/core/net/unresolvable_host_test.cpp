@@ -9,6 +9,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <string>
 
 #include "ddp/distributed.h"
@@ -116,7 +118,7 @@ TEST(UnresolvableHostName, AStoreAddressThatDoesNotResolveIsLoggedAtOnce) {
   ::kill(child, SIGKILL);
   ::waitpid(child, nullptr, 0);
   ::close(out[0]);
-  for (const std::string fragment : {std::string("cannot resolve host \"") + kNowhere + "\"", std::string("retrying"),
+  for (const std::string& fragment : {std::string("cannot resolve host \"") + kNowhere + "\"", std::string("retrying"),
                                      std::string("MASTER_ADDR=127.0.0.1")}) {
     EXPECT_NE(log.find(fragment), std::string::npos) << "missing '" << fragment << "' in the log: " << log;
   }

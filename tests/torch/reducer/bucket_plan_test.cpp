@@ -1,8 +1,7 @@
-// The pure parts of DDP: the bucket plan and the readiness bookkeeping.
+// The bucket plan: which parameters travel together, and the order buckets are rebuilt in.
 #include <gtest/gtest.h>
 
 #include "reducer/bucket_plan.h"
-#include "reducer/readiness.h"
 
 namespace ddp::detail {
 namespace {
@@ -42,23 +41,10 @@ TEST(BucketPlan, ObservedOrderIsFollowed) {
   EXPECT_EQ(plan, (BucketPlan{{1, 3}, {0, 2}}));
 }
 
-TEST(Readiness, LaunchesBucketsOnlyInOrder) {
-  Readiness r({{3, 2}, {1}, {0}}, 4);
-  bool first = false;
-  EXPECT_TRUE(r.mark_ready(1, first).empty());  // bucket 1 complete, but bucket 0 is not
-  EXPECT_TRUE(first);
-  EXPECT_TRUE(r.mark_ready(3, first).empty());
-  EXPECT_EQ(r.mark_ready(2, first), (std::vector<std::size_t>{0, 1}));  // 0 completes, 1 follows
-  EXPECT_EQ(r.unready(), (std::vector<std::size_t>{0}));
-  EXPECT_FALSE(r.all_launched());
-  EXPECT_TRUE(r.mark_ready(2, first).empty());
-  EXPECT_FALSE(first);  // twice
-  EXPECT_EQ(r.mark_ready(0, first), (std::vector<std::size_t>{2}));
-  EXPECT_TRUE(r.all_launched());
-  EXPECT_EQ(r.ready_order(), (std::vector<std::size_t>{1, 3, 2, 0}));
-  r.reset();
-  EXPECT_EQ(r.unready().size(), 4u);
-  EXPECT_FALSE(r.any_ready());
+TEST(BucketPlan, TheRebuildOrderIsWhatRankZeroSawThenTheRestReversed) {
+  // Broadcast padded with -1; an out-of-range or repeated entry is skipped.
+  EXPECT_EQ(observed_order({2, 0, 2, 7, -1, -1}, 5), (std::vector<std::size_t>{2, 0, 4, 3, 1}));
+  EXPECT_EQ(observed_order({}, 3), reverse_order(3));
 }
 
 }  // namespace

@@ -1,0 +1,119 @@
+#include "reducer/bucket.h"
+
+#include <ATen/ATen.h>
+#include <ATen/ScalarOps.h>
+
+#include "ddp/error.h"
+#include "ddp/torch/collectives.h"
+#include "util/error_kind.h"
+#include "util/strings.h"
+
+namespace ddp::detail {
+namespace {
+
+std::vector<at::Tensor> pick(const std::vector<at::Tensor>& params, const std::vector<std::size_t>& members) {
+  std::vector<at::Tensor> picked;
+  for (std::size_t p : members) picked.push_back(params[p]);
+  return picked;
+}
+
+at::Tensor flat_for(const std::vector<at::Tensor>& params) {
+  std::int64_t total = 0;
+  for (const auto& p : params) total += p.numel();
+  return at::zeros({total}, params.front().options().requires_grad(false));
+}
+
+}  // namespace
+
+Bucket::Bucket(std::size_t index, bool is_last, std::vector<std::size_t> members, const std::vector<at::Tensor>& params,
+               std::shared_ptr<ProcessGroup> group, bool as_view)
+    : members_(std::move(members)),
+      params_(pick(params, members_)),
+      flat_(flat_for(params_)),
+      handed_(index, is_last, flat_, params_, group),
+      world_(group->size()),
+      reciprocal_(at::native::wrapped_scalar_tensor(1.0 / world_)),
+      as_view_(as_view) {
+  std::int64_t offset = 0;
+  for (const auto& p : params_) {
+    views_.push_back(flat_.narrow(0, offset, p.numel()).view(p.sizes()));
+    offset += p.numel();
+  }
+  if (!as_view_) return;
+  at::NoGradGuard no_grad;
+  for (std::size_t k = 0; k < params_.size(); ++k) {
+    at::Tensor& grad = params_[k].mutable_grad();
+    if (grad.defined()) views_[k].copy_(grad);
+    grad = alias(k);
+  }
+}
+
+std::int64_t Bucket::bytes() const { return flat_.numel() * flat_.element_size(); }
+
+at::Tensor Bucket::alias(std::size_t k) const {
+  const at::Tensor& view = views_[k];
+  return at::from_blob(view.data_ptr(), view.sizes(), [keep = flat_](void*) {}, view.options());
+}
+
+void Bucket::fill(const std::vector<std::uint8_t>& used, bool average) {
+  at::NoGradGuard no_grad;
+  for (std::size_t k = 0; k < params_.size(); ++k) {
+    at::Tensor& grad = params_[k].mutable_grad();
+    at::Tensor& view = views_[k];
+    if (!used[members_[k]] || !grad.defined()) {
+      view.zero_();
+      continue;
+    }
+    if (grad.data_ptr() == view.data_ptr()) {  // already a view into the bucket
+      if (average) view.div_(world_);
+      continue;
+    }
+    if (average) {
+      at::mul_out(view, grad, reciprocal_);  // one pass over the gradient less than copy, then divide
+    } else {
+      view.copy_(grad);
+    }
+    if (as_view_) grad = alias(k);
+  }
+}
+
+void Bucket::launch(const CommHook& hook) {
+  future_ = hook ? hook(handed_)
+                 : std::make_shared<Future>(all_reduce_async(flat_, ReduceOp::SUM, handed_.process_group()), flat_);
+  if (!future_) throw Error(cat("DistributedDataParallel: the comm hook returned no future for bucket ", handed_.index()));
+}
+
+void Bucket::write_back(const std::vector<std::uint8_t>& globally_used) {
+  at::NoGradGuard no_grad;  // also for the hook's continuation
+  at::Tensor result;
+  try {
+    result = future_->wait();
+  } catch (const Error&) {
+    rethrow_with_context(cat("DistributedDataParallel: the gradient all-reduce of bucket ", handed_.index(), " failed"));
+  }
+  future_.reset();
+  if (result.data_ptr() != flat_.data_ptr()) flat_.copy_(result.view({-1}));
+  for (std::size_t k = 0; k < params_.size(); ++k) {
+    at::Tensor& grad = params_[k].mutable_grad();
+    const bool used_nowhere = !globally_used.empty() && !globally_used[members_[k]];
+    if (used_nowhere && !grad.defined()) continue;  // as in PyTorch: no gradient at all
+    if (as_view_) {
+      if (!grad.defined() || grad.data_ptr() != views_[k].data_ptr()) grad = alias(k);
+    } else if (grad.defined()) {
+      grad.copy_(views_[k]);
+    } else {
+      grad = views_[k].clone();
+    }
+  }
+}
+
+void Bucket::settle() {
+  if (!future_) return;
+  try {
+    future_->work()->wait();
+  } catch (...) {
+  }
+  future_.reset();
+}
+
+}  // namespace ddp::detail

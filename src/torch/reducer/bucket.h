@@ -1,0 +1,71 @@
+// One bucket of the reducer: some parameters' gradients flattened in one tensor, and the
+// communication that averages them. Each synchronized backward fills it (the gradients copied
+// in), launches it (the comm hook, or the built-in sum) and writes the result back into .grad.
+// Without a comm hook the average is taken while filling, with PyTorch's reducer's arithmetic
+// (a hook gets the gradients as they are and averages itself, as in PyTorch). Autograd thread.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "ddp/process_group.h"
+#include "ddp/torch/comm_hooks.h"
+
+namespace ddp::detail {
+
+class Bucket {
+ public:
+  // A zeroed flat tensor for `members` (indices into `params`, all of one dtype and device, in
+  // bucket order), bucket `index` of the launch order. With `as_view` (gradient_as_bucket_view)
+  // the members' .grad become aliases of it, a defined gradient copied in first.
+  Bucket(std::size_t index, bool is_last, std::vector<std::size_t> members, const std::vector<at::Tensor>& params,
+         std::shared_ptr<ProcessGroup> group, bool as_view);
+
+  const std::vector<std::size_t>& members() const { return members_; }
+  std::int64_t bytes() const;
+
+  // Copies the members' gradients in; a member this rank did not use in this iteration
+  // (`used[p] == 0`, p a parameter index) or without a gradient contributes zeros (a stale .grad
+  // must not leak in). `average`: each gradient is multiplied by 1 / world size on the way, a
+  // gradient that already is a view of the bucket divided in place (PyTorch's reducer's
+  // arithmetic, to the bit); otherwise copied as it is.
+  void fill(const std::vector<std::uint8_t>& used, bool average);
+
+  // Starts the communication of the filled bucket: `hook`, or with none the sum over the group
+  // in place. Throws Error naming the bucket when the hook returns no Future.
+  void launch(const CommHook& hook);
+  // The launched communication's Future (null before launch and after write_back).
+  const std::shared_ptr<Future>& future() const { return future_; }
+
+  // Waits for the launched communication and writes its result into the members' .grad.
+  // `globally_used` (empty: every member) marks the parameters some rank used: one used on no
+  // rank keeps an undefined .grad, as in PyTorch. Rethrows the communication's error with the
+  // bucket's index in front.
+  void write_back(const std::vector<std::uint8_t>& globally_used);
+  // Waits for a launched communication ignoring its error (before an error is thrown, or at
+  // teardown), then forgets it.
+  void settle();
+  // Forgets a launched communication without waiting for it (its Work keeps its tensors alive).
+  void forget() { future_.reset(); }
+
+ private:
+  // What .grad points to with gradient_as_bucket_view: the view's memory, as a tensor autograd does
+  // not know as a view (LibTorch 1.x's Optimizer::zero_grad calls detach_(), refused on views).
+  at::Tensor alias(std::size_t k) const;
+
+  std::vector<std::size_t> members_;
+  std::vector<at::Tensor> params_;  // members_' parameters (handles: .grad is theirs)
+  at::Tensor flat_;
+  std::vector<at::Tensor> views_;  // per member, shaped like it, into flat_
+  GradBucket handed_;              // what the hook gets; alive as long as its Future may run
+  int world_;
+  at::Tensor reciprocal_;  // 1 / world_ as a wrapped scalar, as PyTorch's reducer multiplies by it
+  bool as_view_;
+  std::shared_ptr<Future> future_;
+};
+
+}  // namespace ddp::detail

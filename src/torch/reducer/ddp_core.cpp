@@ -1,0 +1,148 @@
+// DDPCore: what DistributedDataParallel does for any module type. Construction collects the
+// parameters and buffers, checks them and makes the ranks agree (model_sync.h); each forward
+// broadcasts the buffers and tells the reducer (reducer.h) what the graph reaches; the reducer
+// does the gradient averaging during backward.
+#include <ATen/ATen.h>
+#include <torch/cuda.h>
+
+#include <unordered_set>
+
+#include "ddp/distributed.h"
+#include "ddp/error.h"
+#include "ddp/torch/distributed_data_parallel.h"
+#include "reducer/model_sync.h"
+#include "reducer/reducer.h"
+#include "reducer/timeline.h"
+#include "util/strings.h"
+
+namespace ddp::detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct ModuleState {
+  std::vector<std::string> names;  // of the parameters
+  std::vector<at::Tensor> params;  // that need gradients, each tensor once (tied parameters are shared)
+  std::vector<at::Tensor> buffers;
+};
+
+ModuleState collect(torch::nn::Module& module) {
+  ModuleState state;
+  std::unordered_set<const void*> seen;
+  for (const auto& item : module.named_parameters(/*recurse=*/true)) {
+    if (!item.value().requires_grad() || !seen.insert(item.value().unsafeGetTensorImpl()).second) continue;
+    state.names.push_back(item.key());
+    state.params.push_back(item.value());
+  }
+  for (const auto& item : module.named_buffers(/*recurse=*/true)) {
+    if (seen.insert(item.value().unsafeGetTensorImpl()).second) state.buffers.push_back(item.value());
+  }
+  if (state.params.empty()) {
+    throw InvalidArgument("DistributedDataParallel: the module has no parameters that require gradients; there is "
+                          "nothing to synchronize");
+  }
+  return state;
+}
+
+void check_devices(const ModuleState& state, const DDPOptions& options) {
+  const auto& params = state.params;
+  const auto& names = state.names;
+  const auto device = params.front().device();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (params[i].device() != device) {
+      throw InvalidArgument(cat("DistributedDataParallel: parameter '", names[i], "' is on ", params[i].device(),
+                                " but '", names[0], "' is on ", device,
+                                "; a DDP module lives on one device (one process per device)"));
+    }
+  }
+  if (device.is_cpu() && (!options.device_ids.empty() || options.output_device)) {
+    throw InvalidArgument("DistributedDataParallel: device_ids and output_device are for CUDA modules; this module is "
+                          "on the CPU, so leave them empty (as in PyTorch)");
+  }
+  if (device.is_cuda() && !options.device_ids.empty() &&
+      (options.device_ids.size() != 1 || options.device_ids[0] != device.index())) {
+    throw InvalidArgument(cat("DistributedDataParallel: device_ids must name the one device the module is on (cuda:",
+                              static_cast<int>(device.index()), "), e.g. {.device_ids = {local_rank}}"));
+  }
+  if (options.output_device &&
+      (*options.output_device < 0 || *options.output_device >= static_cast<int>(torch::cuda::device_count()))) {
+    throw InvalidArgument(cat("DistributedDataParallel: output_device ", *options.output_device,
+                              " is not a CUDA device of this process (it sees ", torch::cuda::device_count(), ")"));
+  }
+}
+
+}  // namespace
+
+class DDPCore::Impl {
+ public:
+  Impl(torch::nn::Module& module, DDPOptions options) : options_(std::move(options)) {
+    group_ = options_.process_group ? options_.process_group : get_default_group();
+    if (!(options_.bucket_cap_mb > 0)) {
+      throw InvalidArgument(cat("DistributedDataParallel: bucket_cap_mb must be positive, got ", options_.bucket_cap_mb));
+    }
+    auto state = collect(module);
+    check_devices(state, options_);
+    check_same_parameters(group_, state.names, state.params);
+    if (options_.init_sync) {
+      std::vector<at::Tensor> all = state.params;
+      all.insert(all.end(), state.buffers.begin(), state.buffers.end());
+      broadcast_coalesced(group_, all, 0);
+    }
+    buffers_ = std::move(state.buffers);
+    timeline_ = Timeline::from_env(group_->rank());
+    reducer_ = std::make_unique<Reducer>(group_, std::move(state.params), std::move(state.names), options_,
+                                         timeline_.get());
+  }
+
+  void pre_forward() {
+    forward_start_ = Clock::now();
+    reducer_->refresh_hooks();
+    if (options_.broadcast_buffers && !reducer_->no_sync() && group_->size() > 1 && !buffers_.empty()) {
+      broadcast_coalesced(group_, buffers_, 0);
+    }
+  }
+
+  void post_forward(const std::vector<at::Tensor>& outputs) {
+    if (timeline_) timeline_->span("forward", Timeline::kCompute, forward_start_, Clock::now());
+    reducer_->after_forward(outputs);
+  }
+
+  Reducer& reducer() { return *reducer_; }
+  const Reducer& reducer() const { return *reducer_; }
+  const std::shared_ptr<ProcessGroup>& process_group() const { return group_; }
+  const DDPOptions& options() const { return options_; }
+  // device_ids[0], where the forward's tensor arguments are moved (as PyTorch does); none: left as they are.
+  std::optional<at::Device> input_device() const {
+    if (options_.device_ids.empty()) return std::nullopt;
+    return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(options_.device_ids[0]));
+  }
+  // output_device, where the forward's tensors are moved when it is not the module's device.
+  std::optional<at::Device> output_device() const {
+    if (!options_.output_device) return std::nullopt;
+    return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(*options_.output_device));
+  }
+
+ private:
+  DDPOptions options_;
+  std::shared_ptr<ProcessGroup> group_;
+  std::vector<at::Tensor> buffers_;
+  std::unique_ptr<Timeline> timeline_;  // before reducer_: it outlives the reducer
+  std::unique_ptr<Reducer> reducer_;
+  Clock::time_point forward_start_;
+};
+
+DDPCore::DDPCore(torch::nn::Module& module, DDPOptions options)
+    : impl_(std::make_unique<Impl>(module, std::move(options))) {}
+DDPCore::~DDPCore() = default;
+void DDPCore::pre_forward() { impl_->pre_forward(); }
+void DDPCore::post_forward(const std::vector<at::Tensor>& outputs) { impl_->post_forward(outputs); }
+void DDPCore::set_no_sync(bool on) { impl_->reducer().set_no_sync(on); }
+bool DDPCore::no_sync() const { return impl_->reducer().no_sync(); }
+void DDPCore::register_comm_hook(CommHook hook) { impl_->reducer().register_comm_hook(std::move(hook)); }
+const std::shared_ptr<ProcessGroup>& DDPCore::process_group() const { return impl_->process_group(); }
+const DDPOptions& DDPCore::options() const { return impl_->options(); }
+std::optional<at::Device> DDPCore::input_device() const { return impl_->input_device(); }
+std::optional<at::Device> DDPCore::output_device() const { return impl_->output_device(); }
+std::vector<std::vector<std::size_t>> DDPCore::bucket_plan() const { return impl_->reducer().bucket_plan(); }
+
+}  // namespace ddp::detail

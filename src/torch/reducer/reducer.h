@@ -1,0 +1,95 @@
+// The reducer: DDP's per-iteration gradient averaging. A hook on each parameter's gradient
+// accumulator (autograd thread) marks it ready (readiness.h); a bucket whose members are all
+// ready is filled and launched at once, in bucket order (bucket.h), while backward goes on; a
+// callback queued on the autograd engine runs at the end of backward, waits for every bucket
+// and writes the averaged gradients back. After the first synchronized backward the buckets are
+// rebuilt once in the order gradients really arrived (bucket_plan.h).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ddp/torch/comm_hooks.h"
+#include "ddp/torch/distributed_data_parallel.h"
+#include "reducer/bucket.h"
+#include "reducer/bucket_plan.h"
+#include "reducer/readiness.h"
+#include "reducer/timeline.h"
+
+namespace torch::autograd {
+struct Node;
+}
+
+namespace ddp::detail {
+
+class Reducer {
+ public:
+  // Plans the buckets for `params` (named `names` in errors) and hooks their gradient
+  // accumulators. Uses options.bucket_cap_mb, find_unused_parameters, static_graph and
+  // gradient_as_bucket_view. `timeline` (may be null) outlives the reducer.
+  Reducer(std::shared_ptr<ProcessGroup> group, std::vector<at::Tensor> params, std::vector<std::string> names,
+          const DDPOptions& options, Timeline* timeline);
+  // Waits for launched communication; the hooks left on the parameters become inert.
+  ~Reducer();
+  Reducer(const Reducer&) = delete;
+  Reducer& operator=(const Reducer&) = delete;
+
+  // Before each forward: hooks the accumulator of a parameter whose data was replaced since
+  // (Module::load, set_ can give it a new one, which would accumulate without telling us).
+  void refresh_hooks();
+  // After each forward (find_unused_parameters): the parameters `outputs` do not reach will be
+  // marked ready at the start of backward. No outputs: found at the end of backward instead.
+  void after_forward(const std::vector<at::Tensor>& outputs);
+
+  void set_no_sync(bool on) { no_sync_ = on; }
+  bool no_sync() const { return no_sync_; }
+  // Throws InvalidArgument for an empty hook, Error when one is registered or a backward has run.
+  void register_comm_hook(CommHook hook);
+  BucketPlan bucket_plan() const;
+
+ private:
+  void build_buckets(const BucketPlan& plan);
+  void on_gradient(std::size_t param);
+  void begin_backward();
+  void mark_ready(std::size_t param);
+  void launch(std::size_t bucket);
+  void finalize();
+  [[noreturn]] void throw_unready(const std::vector<std::size_t>& unready);
+  std::vector<std::uint8_t> globally_used();
+  void write_back(const std::vector<std::uint8_t>& globally_used);
+  void rebuild_buckets();
+  void settle_launched();
+  // A group of one without a comm hook: the average of one gradient is itself.
+  bool skip_communication() const { return world_ == 1 && !hook_; }
+  std::size_t cap() const;
+  std::size_t first_cap() const;
+
+  using Clock = std::chrono::steady_clock;
+  std::shared_ptr<ProcessGroup> group_;
+  int world_;
+  std::vector<at::Tensor> params_;
+  std::vector<std::string> names_;
+  const DDPOptions options_;
+  Timeline* timeline_;
+  std::vector<ParamSpec> specs_;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // the ones hooked, per parameter
+  std::vector<Bucket> buckets_;
+  std::unique_ptr<Readiness> readiness_;
+  std::vector<std::uint8_t> used_;      // this iteration: gradients that really arrived
+  std::vector<std::size_t> unreached_;  // found unused by the forward's graph
+  CommHook hook_;
+  std::shared_ptr<std::atomic<Reducer*>> self_;  // what the hooks call, cleared on destruction
+  Clock::time_point backward_start_;
+  bool in_backward_ = false;
+  bool no_sync_ = false;
+  bool synced_once_ = false;
+  bool traversed_ = false;
+};
+
+}  // namespace ddp::detail
