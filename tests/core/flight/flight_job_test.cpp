@@ -212,6 +212,42 @@ TEST(FlightRecorderJobs, SigusrOneAndTheApiDumpAHealthyJob) {
   expect_finding(report, Kind::None, 0, {});
 }
 
+void own_handler(int) {}
+
+// SIGTERM (ddprun stopping the survivors of a failure) writes the dump, then ends the process as
+// SIGTERM does; a program's own SIGTERM handler is left alone.
+TEST(FlightRecorderJobs, SigtermWritesTheDumpThenEndsTheProcess) {
+  test::TempDir dir;
+  const auto results = test::run_ranks(3, [](int rank, int) {
+    if (rank == 2) ::signal(SIGTERM, own_handler);
+    init_process_group("gloo", {.timeout = 20s});
+    struct sigaction now {};
+    ::sigaction(SIGTERM, nullptr, &now);
+    if (rank == 2) {
+      EXPECT_EQ(now.sa_handler, &own_handler) << "the program's handler was replaced";
+    } else {
+      EXPECT_NE(now.sa_handler, SIG_DFL) << "the recorder takes a default SIGTERM";
+    }
+    auto group = get_default_group();
+    float x = 1;
+    for (int i = 0; i < 3; ++i) group->all_reduce(buffer_of(&x, 1))->wait();
+    if (rank == 1) {
+      ::raise(SIGTERM);
+      for (;;) ::pause();  // the handler does not return to here
+    }
+    if (rank == 0) wait_for_dumps({1});
+  }, {.env = {{"DDP_FLIGHT_RECORDER_DIR", dir.path()}}, .expect_success = false});
+  if (test::is_rank_process()) return;
+  ASSERT_EQ(results.size(), 3u);
+  EXPECT_TRUE(results[0].ok()) << results[0].output;
+  EXPECT_EQ(results[1].signal, SIGTERM) << results[1].output;
+  EXPECT_TRUE(results[2].ok()) << results[2].output;
+  const auto d = detail::read_dump(dir.file("rank_1.flight"));
+  EXPECT_NE(d.reason.find("SIGTERM"), std::string::npos) << d.reason;
+  ASSERT_EQ(d.entries.size(), 3u);
+  EXPECT_EQ(d.entries[2].state, detail::FlightState::Finished);
+}
+
 TEST(FlightRecorderJobs, ABadSettingIsAnErrorAtInitAndZeroTurnsItOff) {
   test::run_ranks(1, [](int, int) {
     expect_error<InvalidArgument>([] { init_process_group("gloo"); },
