@@ -11,6 +11,7 @@
 #include "blame.h"
 #include "checkpoint_record.h"
 #include "ddp/error.h"
+#include "flight_report.h"
 #include "rendezvous.h"
 #include "store_host.h"
 #include "store_keys.h"
@@ -148,7 +149,7 @@ class Agent {
     }
   }
 
-  std::vector<WorkerSpec> worker_specs(int attempt) const {
+  std::vector<WorkerSpec> worker_specs(int attempt) {
     std::vector<WorkerSpec> specs;
     const auto parent = process_env();
     JobEnv job;
@@ -177,6 +178,7 @@ class Agent {
       spec.path = command_.path;
       spec.argv = command_.argv;
       spec.env = worker_environment(place, job, parent);
+      flight_dir_ = point_flight_dumps(spec.env, attempt_dir, parent);
       spec.output.rank = place.rank;
       if (!attempt_dir.empty()) spec.output.log_path = cat(attempt_dir, "/rank_", place.rank, ".log");
       bool shown = true;
@@ -409,7 +411,9 @@ class Agent {
     in.attempt = attempt;
     in.max_restarts = config_.max_restarts;
     in.restarting = restarting;
-    write_fully(STDERR_FILENO, format_summary(in));
+    std::vector<int> ranks;
+    for (const WorkerExit& w : local) ranks.push_back(w.rank);
+    write_fully(STDERR_FILENO, format_summary(in) + format_flight_report(flight_dir_, ranks, membership_.world_size()));
   }
 
   const JobConfig& config_;
@@ -426,6 +430,7 @@ class Agent {
   std::string store_address_;
   Membership membership_;
   std::shared_ptr<TCPStore> store_;
+  std::string flight_dir_;  // where this attempt's workers write their flight recorder dumps
 };
 
 }  // namespace
