@@ -75,7 +75,7 @@ struct ProcessGroup::State {
     }
     const auto started = Clock::now();
     if (progress) progress->started(op);
-    flight->started(ticket);
+    flight->started(ticket, started);
     try {
       const auto deadline = started + timeout();
       if (detail::debug_checks_enabled() && size > 1) detail::check_agreement(*backend, op, deadline);

@@ -204,18 +204,24 @@ std::uint32_t FlightRecorder::add_group(const std::string& name, int rank, std::
 
 FlightRecorder::Slot* FlightRecorder::find(Ticket ticket) {
   Slot& slot = ring_[(ticket.id - 1) % capacity_];
-  return slot.id == ticket.id ? &slot : nullptr;
+  return slot.id.load(std::memory_order_acquire) == ticket.id ? &slot : nullptr;
 }
+
+namespace {
+std::int64_t steady_ns(FlightRecorder::Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+}  // namespace
 
 FlightRecorder::Ticket FlightRecorder::issued(std::uint32_t group, const Op& op, const void* caller) {
   if (!enabled()) return {};
-  const auto now = wall_ns();
+  const auto now = steady_ns(Clock::now());
   const bool reduces = op.type == OpType::AllReduce || op.type == OpType::Reduce || op.type == OpType::ReduceScatter;
   const bool p2p = !op.is_collective();
   std::lock_guard lock(mutex_);
   const Ticket ticket{++recorded_};
   Slot& slot = ring_[(ticket.id - 1) % capacity_];
-  slot.id = ticket.id;
+  slot.id.store(0, std::memory_order_relaxed);  // a late started() or ended() of the entry it held misses it
   slot.caller = caller;
   FlightEntry& e = slot.entry;
   e.group = group;
@@ -227,30 +233,31 @@ FlightRecorder::Ticket FlightRecorder::issued(std::uint32_t group, const Op& op,
   e.reduce = reduces ? std::optional<ReduceOp>(op.reduce_op) : std::nullopt;
   e.root = p2p ? op.peer : op.root;
   e.tag = op.tag;
-  e.state = FlightState::Issued;
   e.issued_ns = now;
-  e.started_ns = 0;
-  e.ended_ns = 0;
+  slot.state.store(FlightState::Issued, std::memory_order_relaxed);
+  slot.started_ns.store(0, std::memory_order_relaxed);
+  slot.ended_ns.store(0, std::memory_order_relaxed);
+  slot.id.store(ticket.id, std::memory_order_release);
   return ticket;
 }
 
-void FlightRecorder::started(Ticket ticket) {
+void FlightRecorder::started(Ticket ticket, Clock::time_point when) {
   if (ticket.id == 0) return;
-  const auto now = wall_ns();
-  std::lock_guard lock(mutex_);
   if (Slot* slot = find(ticket)) {
-    slot->entry.state = FlightState::Started;
-    slot->entry.started_ns = now;
+    slot->started_ns.store(steady_ns(when), std::memory_order_relaxed);
+    slot->state.store(FlightState::Started, std::memory_order_relaxed);
   }
+}
+
+void FlightRecorder::started(Ticket ticket) {
+  if (ticket.id != 0) started(ticket, Clock::now());
 }
 
 void FlightRecorder::ended(Ticket ticket, bool ok) {
   if (ticket.id == 0) return;
-  const auto now = wall_ns();
-  std::lock_guard lock(mutex_);
   if (Slot* slot = find(ticket)) {
-    slot->entry.state = ok ? FlightState::Finished : FlightState::Failed;
-    slot->entry.ended_ns = now;
+    slot->ended_ns.store(steady_ns(Clock::now()), std::memory_order_relaxed);
+    slot->state.store(ok ? FlightState::Finished : FlightState::Failed, std::memory_order_relaxed);
   }
 }
 
@@ -263,9 +270,17 @@ FlightDump FlightRecorder::snapshot(const std::string& reason) const {
     dump.recorded = recorded_;
     dump.groups = groups_;
     const std::uint64_t kept = std::min<std::uint64_t>(recorded_, capacity_);
+    // Steady-clock times become wall-clock ones, comparable across processes (and hosts).
+    const std::int64_t to_wall = wall_ns() - steady_ns(Clock::now());
+    auto wall = [&](std::int64_t t) { return t == 0 ? 0 : t + to_wall; };
     for (std::uint64_t id = recorded_ - kept + 1; id <= recorded_; ++id) {
       const Slot& slot = ring_[(id - 1) % capacity_];
-      dump.entries.push_back(slot.entry);
+      FlightEntry e = slot.entry;
+      e.state = slot.state.load(std::memory_order_relaxed);
+      e.issued_ns = wall(e.issued_ns);
+      e.started_ns = wall(slot.started_ns.load(std::memory_order_relaxed));
+      e.ended_ns = wall(slot.ended_ns.load(std::memory_order_relaxed));
+      dump.entries.push_back(std::move(e));
       callers.push_back(slot.caller);
     }
   }

@@ -1,12 +1,15 @@
 // The flight recorder: every process keeps its last N operations, of every group, in memory (a
 // ring), and writes them to a file when something goes wrong, so that what each rank was doing
 // can be compared afterwards (ddp-trace, ddprun's summary; docs/FLIGHT_RECORDER.md). Recording
-// costs three clock reads and three short critical sections per operation; nothing is allocated.
+// an operation costs two clock reads (three without the caller's start time), one short critical
+// section and a few atomic stores; nothing is allocated.
 //
 // Thread-safe. The process's recorder is configured from its environment at first use (see
 // flight/config.h); tests make their own.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <mutex>
 #include <optional>
@@ -47,9 +50,14 @@ class FlightRecorder {
   // handles that signal itself).
   std::uint32_t add_group(const std::string& name, int rank, std::vector<int> global_ranks);
 
+  using Clock = std::chrono::steady_clock;
+
   // An operation was issued (its sequence number assigned) by code at `caller` (a return address).
   Ticket issued(std::uint32_t group, const Op& op, const void* caller);
-  void started(Ticket ticket);
+  // It started to run on this rank at `when` (the caller's own clock read, when it has one). Only
+  // the thread that runs the op calls started() and ended() for it.
+  void started(Ticket ticket, Clock::time_point when);
+  void started(Ticket ticket);  // now
   void ended(Ticket ticket, bool ok);
 
   // What a dump holds now (the callers resolved to names).
@@ -67,12 +75,18 @@ class FlightRecorder {
   std::optional<std::string> dump(const std::string& reason) noexcept;
 
  private:
+  // One entry of the ring. What issued() writes is guarded by mutex_; what started() and ended()
+  // write (on the thread that runs the op) are atomics, so that they take no lock. Times are
+  // steady-clock nanoseconds until a snapshot turns them into wall-clock ones.
   struct Slot {
-    std::uint64_t id = 0;  // the ticket that owns it
+    std::atomic<std::uint64_t> id{0};  // the ticket that owns it
     const void* caller = nullptr;
-    FlightEntry entry;
+    FlightEntry entry;  // the state and start/end times are in the atomics below
+    std::atomic<FlightState> state{FlightState::Issued};
+    std::atomic<std::int64_t> started_ns{0};
+    std::atomic<std::int64_t> ended_ns{0};
   };
-  Slot* find(Ticket ticket);  // mutex_ held
+  Slot* find(Ticket ticket);
 
   const std::size_t capacity_;
   const std::string dir_;
