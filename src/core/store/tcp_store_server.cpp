@@ -55,7 +55,8 @@ std::string describe(const sockaddr_storage& addr) {
 TCPStoreServer::Impl::Impl(std::uint16_t port, std::string job_id, std::uint64_t generation)
     : job_id_(std::move(job_id)), generation_(generation) {
   detail::raise_open_file_limit();
-  listener_ = detail::listen_on(port);
+  // A deep accept queue for a rendezvous storm (the kernel caps it at net.core.somaxconn).
+  listener_ = detail::listen_on(port, 65535);
   detail::set_nonblocking(listener_.get());
   port_ = detail::local_port(listener_.get());
   epoll_ = Fd(::epoll_create1(EPOLL_CLOEXEC));
@@ -81,8 +82,11 @@ void TCPStoreServer::Impl::watch(int fd, std::uint32_t events) {
 }
 
 void TCPStoreServer::Impl::rewatch(Client& c) {
+  const bool want_out = c.out_pos < c.out.size();
+  if (want_out == c.watching_out) return;  // most replies go out at once: no system call
+  c.watching_out = want_out;
   epoll_event ev{};
-  ev.events = EPOLLIN | EPOLLRDHUP | (c.out_pos < c.out.size() ? std::uint32_t{EPOLLOUT} : 0u);
+  ev.events = EPOLLIN | EPOLLRDHUP | (want_out ? std::uint32_t{EPOLLOUT} : 0u);
   ev.data.fd = c.fd.get();
   ::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, c.fd.get(), &ev);
 }
@@ -95,6 +99,10 @@ void TCPStoreServer::Impl::run() {
       detail::log(LogLevel::Error, "store server: epoll_wait failed: ", std::strerror(errno));
       break;
     }
+    // While connections pour in, take them before every batch: behind a batch of requests the
+    // listener may come up only every few batches, and a full accept queue costs a client a
+    // second (its SYN is dropped and sent again).
+    if (accepting_) accept_all();
     for (int i = 0; i < n; ++i) {
       const int fd = events[i].data.fd;
       if (fd == listener_.get()) {
@@ -122,6 +130,7 @@ int TCPStoreServer::Impl::next_timeout_ms() const {
 }
 
 void TCPStoreServer::Impl::accept_all() {
+  accepting_ = false;
   for (;;) {
     sockaddr_storage addr{};
     socklen_t len = sizeof addr;
@@ -141,6 +150,7 @@ void TCPStoreServer::Impl::accept_all() {
     watch(fd, EPOLLIN | EPOLLRDHUP);
     clients_.emplace(fd, std::move(client));
     num_clients_.store(clients_.size());
+    accepting_ = true;
   }
 }
 
@@ -163,6 +173,9 @@ void TCPStoreServer::Impl::on_event(int fd, std::uint32_t events) {
       if (n > 0) {
         c.in.append(chunk, static_cast<std::size_t>(n));
         if (c.in.size() > (1u << 20) && !process(c)) return;  // parse early: a frame may be oversized
+        // A short read took all there was: epoll (level-triggered) reports the rest, or the end
+        // of the stream, next time; a second recv would only say EAGAIN.
+        if (static_cast<std::size_t>(n) < sizeof chunk) break;
         continue;
       }
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;

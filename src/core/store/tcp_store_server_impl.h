@@ -59,6 +59,7 @@ class TCPStoreServer::Impl {
     Protocol protocol = Protocol::Unknown;  // from the first bytes
     detail::torch_wire::Dialect dialect = detail::torch_wire::Dialect::V1_13;
     State state = State::Handshake;
+    bool watching_out = false;  // EPOLLOUT is among its epoll events (unsent output is queued)
     // From ddp's hello: a rank (-1: not a rank) whose connection closing without bye is a loss.
     std::int64_t rank = -1;
     std::int64_t pid = 0;
@@ -121,6 +122,7 @@ class TCPStoreServer::Impl {
   detail::Fd wake_;
   std::uint16_t port_ = 0;
   std::atomic<bool> stop_{false};
+  bool accepting_ = false;  // the last accept_all() took a connection: more may be queued
   std::atomic<std::size_t> num_clients_{0};
   std::thread thread_;
   // Everything below is touched by the server thread only.

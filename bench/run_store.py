@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""The rendezvous store at scale: ddp's TCPStore server beside PyTorch 1.13's, N connections on
+one server, driven by client processes (bench/store_bench.cpp). Each connection does what a rank
+does at rendezvous (set its address, add to a counter, wait for the key the last arrival sets,
+read 4 peers' keys); the time is from "go" to the last connection done. Also: the server's
+memory per connection (its RSS with every connection open, less its RSS before), and the latency
+of a get on one more connection (ddp's own client), during the rendezvous and afterwards with
+every connection still open. Prints markdown tables for docs/BENCHMARKS.md.
+
+    /usr/bin/python3 bench/run_store.py --build build [--sizes 1024 4096 16384 65536] [--rounds 3]
+
+Needs a hard open-file limit above the largest size (the server holds N sockets, each client
+process N / procs): it raises its own limits as far as it may, and says which sizes it skips. Clients bind distinct source
+addresses in 127.0.0.0/8, so that N connections to one port do not run out of ephemeral ports.
+PyTorch's server is skipped at sizes past --torch-max (it slows down with every connection: its
+daemon polls them all on every event) and reported as "died" or "timed out" when it fails.
+"""
+import argparse
+import os
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+TORCH_SERVER = r"""
+import os, sys, datetime
+import torch.distributed as dist
+port = int(sys.argv[1])
+store = dist.TCPStore("127.0.0.1", port, None, True, datetime.timedelta(seconds=600), wait_for_workers=False)
+print("ready %d %d" % (port, os.getpid()), flush=True)
+sys.stdin.read()
+"""
+
+
+def rss_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def start_server(kind, bench):
+    for attempt in range(20):
+        if kind == "ddp":
+            command = [bench, "serve", "--port", "0"]
+        else:  # a port below the ephemeral range, which tens of thousands of client sockets crowd
+            command = ["/usr/bin/python3", "-c", TORCH_SERVER, str(random.randrange(20000, 32000))]
+        proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                text=True)
+        words = proc.stdout.readline().split()
+        if words and words[0] == "ready":
+            return proc, int(words[1]), int(words[2])
+        proc.wait()
+    raise RuntimeError("the %s server did not start" % kind)
+
+
+def percentile(values, p):
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, int(p / 100.0 * len(values)))]
+
+
+def one_run(kind, size, procs, bench, timeout):
+    """One rendezvous of `size` connections: seconds, KiB per connection, get latencies (us)."""
+    server, port, pid = start_server(kind, bench)
+    time.sleep(0.2)
+    before = rss_kib(pid)
+    protocol = "ddp" if kind == "ddp" else "torch"
+    probe = subprocess.Popen([bench, "probe", "--port", str(port), "--protocol", protocol], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    per = size // procs
+    clients = []
+    for p in range(procs):
+        source = "127.0.%d.%d" % (1 + p // 250, 1 + p % 250)
+        clients.append(subprocess.Popen(
+            [bench, "clients", "--port", str(port), "--protocol", protocol, "--first", str(p * per), "--count",
+             str(per if p < procs - 1 else size - p * per), "--total", str(size), "--source", source],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
+    time.sleep(0.5 + size / 20000.0)  # let every client process start before "go"
+    start = time.monotonic_ns()
+    for c in clients:
+        c.stdin.write("go\n")
+        c.stdin.flush()
+    ends, errors, outcome = [], 0, "ok"
+    deadline = time.monotonic() + timeout
+    for c in clients:
+        line = ""
+        while time.monotonic() < deadline and server.poll() is None:
+            import select
+            ready, _, _ = select.select([c.stdout], [], [], 0.5)
+            if ready:
+                line = c.stdout.readline()
+                break
+        if not line:
+            outcome = "died" if server.poll() is not None else "timed out"
+            break
+        words = line.split()
+        ends.append(int(words[1]))
+        errors += int(words[2])
+    seconds = (max(ends) - start) / 1e9 if outcome == "ok" else float("nan")
+    per_conn = float("nan")
+    idle_start = time.monotonic_ns()
+    if outcome == "ok":
+        per_conn = (rss_kib(pid) - before) / size
+        time.sleep(2.0)  # the probe's gets with every connection open and idle
+    idle_end = time.monotonic_ns()
+    for proc in clients:
+        try:
+            proc.stdin.close()
+        except OSError:
+            pass
+    samples = []
+    try:
+        out, _ = probe.communicate(timeout=60)
+        samples = [tuple(map(int, l.split())) for l in out.splitlines() if l.strip()]
+    except subprocess.TimeoutExpired:
+        probe.kill()
+    for c in clients:
+        try:
+            c.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            c.kill()
+    try:
+        server.stdin.close()
+        server.wait(timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        server.kill()
+    storm = [lat / 1e3 for t, lat in samples if start <= t < (max(ends) if ends else idle_start)]
+    idle = [lat / 1e3 for t, lat in samples if idle_start <= t < idle_end]
+    if errors:
+        outcome = "%d errors" % errors
+    return {"outcome": outcome, "seconds": seconds, "kib": per_conn, "storm": storm, "idle": idle}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--build", default="build")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1024, 4096, 16384, 65536])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--procs", type=int, default=8, help="client processes")
+    parser.add_argument("--torch-max", type=int, default=16384)
+    parser.add_argument("--timeout", type=float, default=120)
+    parser.add_argument("--servers", nargs="+", default=["ddp", "torch"])
+    args = parser.parse_args()
+    bench = os.path.join(args.build, "bench", "store_bench")
+    # Every process of the run may open up to the hard limit; the server needs one descriptor per
+    # connection. Raising the hard limit itself needs CAP_SYS_RESOURCE.
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    want = max(args.sizes) + 256
+    if hard != resource.RLIM_INFINITY and hard < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, want))
+            hard = want
+        except (ValueError, OSError):
+            pass
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    print("| server | connections | rendezvous s (median) | runs | server KiB per connection | get us during, median / p99 "
+          "| get us after (all open), median / p99 |")
+    print("|---|---|---|---|---|---|---|")
+    for size in args.sizes:
+        if hard != resource.RLIM_INFINITY and size + 256 > hard:
+            print("| | %d | not run: one server needs %d open files, and the hard limit here is %d (ulimit -Hn; "
+                  "raising it needs root with CAP_SYS_RESOURCE) | | | | |" % (size, size + 256, hard))
+            continue
+        results = {k: [] for k in args.servers}
+        for _ in range(args.rounds):  # alternated, so that drift affects both alike
+            for kind in args.servers:
+                if kind == "torch" and size > args.torch_max:
+                    continue
+                results[kind].append(one_run(kind, size, args.procs, bench, args.timeout))
+        for kind in args.servers:
+            runs = results[kind]
+            if not runs:
+                print("| %s | %d | not run (past --torch-max) | | | | |" % (kind, size))
+                continue
+            ok = [r for r in runs if r["outcome"] == "ok"]
+            outcomes = ", ".join(sorted(set(r["outcome"] for r in runs)))
+            if not ok:
+                print("| %s | %d | %s | %d | | | |" % (kind, size, outcomes, len(runs)))
+                continue
+            storm = sum((r["storm"] for r in ok), [])
+            idle = sum((r["idle"] for r in ok), [])
+            print("| %s | %d | %.2f | %d (%s) | %.1f | %.0f / %.0f | %.0f / %.0f |" % (
+                kind, size, statistics.median(r["seconds"] for r in ok), len(runs), outcomes,
+                statistics.median(r["kib"] for r in ok), percentile(storm, 50), percentile(storm, 99),
+                percentile(idle, 50), percentile(idle, 99)))
+            sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
