@@ -233,6 +233,48 @@ class Agent {
     return end;
   }
 
+  // Whether every other node's workers have exited 0 (asked for a worker stopped alone).
+  bool others_succeeded(AttemptChannel& channel) const {
+    try {
+      return channel.nodes_succeeded() >= membership_.nnodes - 1;
+    } catch (const Error&) {
+      return false;  // the store is gone: the watcher says so
+    }
+  }
+
+  std::string stopped_alone_notice(const WorkerGroup& group) const {
+    std::string who, pids;
+    const auto& stopped = group.stopped_alone();
+    for (const auto& s : stopped) {
+      long pid = 0;
+      for (const WorkerExit& w : group.exits()) {
+        if (w.rank == s.rank) pid = w.pid;
+      }
+      who += cat(who.empty() ? "" : "; ", "rank ", s.rank, " (pid ", pid, ") is ", s.state);
+      pids += cat(" ", pid);
+    }
+    const char* them = stopped.size() == 1 ? "it" : "them";
+    return cat(who, ", and every other worker of the job has exited: no collective is left to time out on ", them,
+               " and nothing will continue ", them, ". Continue ", them, " to let ", them, " finish (kill -CONT", pids,
+               "); otherwise ddprun ends ", them, " as a failure in ", detail::format_duration(config_.stopped_timeout),
+               " (--stopped_timeout).");
+  }
+
+  AttemptEnd stopped_too_long(const WorkerGroup& group) const {
+    const SuspendedWorker& first = group.stopped_alone().front();
+    AttemptEnd end = reporter();
+    end.kind = AttemptEnd::Kind::WorkerStopped;
+    for (const WorkerExit& w : group.exits()) {
+      if (w.rank == first.rank) end.worker = w;
+    }
+    end.what = cat("rank ", first.rank, " stayed ", first.state, " for ", detail::format_duration(config_.stopped_timeout),
+                   " after every other worker of the job had exited: no collective was left to time out on it and "
+                   "nothing would continue it, so ddprun ended it (SIGCONT and SIGTERM, then SIGKILL after "
+                   "--grace_period) as a failure (--stopped_timeout=",
+                   detail::format_duration(config_.stopped_timeout), ")");
+    return end;
+  }
+
   // After this node's workers all succeeded: waits for the attempt's end (or a signal).
   AttemptEnd wait_for_end(AttemptChannel& channel, EndWatcher& watcher, int& signal_received) {
     for (;;) {
@@ -295,8 +337,28 @@ class Agent {
         group.stop(SIGKILL, 0ms);
         return {false, 1};
       }
-      const auto wakeup = group.wait(watcher.fd());
+      group.bound_stopped(config_.stopped_timeout, membership_.world_size(), [&] {
+        return membership_.nnodes == 1 || others_succeeded(channel);
+      });
+      WorkerGroup::Wakeup wakeup;
+      for (;;) {
+        wakeup = group.wait(watcher.fd());
+        if (wakeup.event == WorkerGroup::Event::StoppedAlone) {
+          say(stopped_alone_notice(group));
+        } else if (wakeup.event == WorkerGroup::Event::Resumed) {
+          say("the stopped worker runs again: waiting for it to finish");
+        } else {
+          break;
+        }
+      }
       switch (wakeup.event) {
+        case WorkerGroup::Event::StoppedAlone:
+        case WorkerGroup::Event::Resumed:
+        case WorkerGroup::Event::StoppedTooLong: {
+          end = publish(channel, stopped_too_long(group));
+          group.stop(SIGTERM, config_.grace_period);
+          break;
+        }
         case WorkerGroup::Event::WorkerFailed: {
           AttemptEnd failed = reporter();
           failed.kind = AttemptEnd::Kind::WorkerFailed;

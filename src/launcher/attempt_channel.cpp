@@ -78,6 +78,8 @@ AttemptEnd AttemptChannel::publish_end(const AttemptEnd& end) {
   return standing == mine ? end : decode_attempt_end(standing);
 }
 
+std::int64_t AttemptChannel::nodes_succeeded() { return store_.add(keys::attempt(attempt_, "succeeded"), 0); }
+
 void AttemptChannel::report_success(const AttemptEnd& success) {
   if (store_.add(keys::attempt(attempt_, "succeeded"), 1) >= membership_.nnodes) publish_end(success);
 }

@@ -47,6 +47,8 @@ class AttemptChannel {
 
   // This node's workers all exited 0; the last node to say so ends the attempt as a success.
   void report_success(const AttemptEnd& success);
+  // How many nodes reported success so far.
+  std::int64_t nodes_succeeded();
 
   const std::string& end_key() const { return end_key_; }
 

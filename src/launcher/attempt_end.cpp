@@ -47,6 +47,7 @@ const char* kind_name(AttemptEnd::Kind kind) {
     case AttemptEnd::Kind::AgentLost: return "agent_lost";
     case AttemptEnd::Kind::AgentFailed: return "agent_failed";
     case AttemptEnd::Kind::StoreLost: return "store_lost";
+    case AttemptEnd::Kind::WorkerStopped: return "worker_stopped";
   }
   return "?";
 }
@@ -62,7 +63,7 @@ std::string encode(const AttemptEnd& end) {
   field("host", escape(end.host));
   field("agent_pid", end.agent_pid);
   field("what", escape(end.what));
-  if (end.kind == AttemptEnd::Kind::WorkerFailed) {
+  if (end.names_worker()) {
     const WorkerExit& w = end.worker;
     field("w.rank", w.rank);
     field("w.local_rank", w.local_rank);
@@ -75,6 +76,7 @@ std::string encode(const AttemptEnd& end) {
     field("w.time_ms",
           std::chrono::duration_cast<std::chrono::milliseconds>(w.time.time_since_epoch()).count());
     field("w.log_file", escape(w.log_file));
+    field("w.suspended", escape(w.suspended));
     for (const auto& line : w.last_lines) field("w.line", escape(line));
     if (const auto& b = end.blame) {
       field("b.rank", b->rank);
@@ -124,7 +126,8 @@ AttemptEnd decode_attempt_end(const std::string& text) {
   const std::string kind = string("kind");
   bool known = false;
   for (auto k : {AttemptEnd::Kind::Succeeded, AttemptEnd::Kind::WorkerFailed, AttemptEnd::Kind::Interrupted,
-                 AttemptEnd::Kind::AgentLost, AttemptEnd::Kind::AgentFailed, AttemptEnd::Kind::StoreLost}) {
+                 AttemptEnd::Kind::AgentLost, AttemptEnd::Kind::AgentFailed, AttemptEnd::Kind::StoreLost,
+                 AttemptEnd::Kind::WorkerStopped}) {
     if (kind == kind_name(k)) {
       end.kind = k;
       known = true;
@@ -136,7 +139,7 @@ AttemptEnd decode_attempt_end(const std::string& text) {
   end.host = string("host");
   end.agent_pid = number("agent_pid", 0);
   end.what = string("what");
-  if (end.kind == AttemptEnd::Kind::WorkerFailed) {
+  if (end.names_worker()) {
     WorkerExit& w = end.worker;
     w.rank = static_cast<int>(number("w.rank", -1));
     w.local_rank = static_cast<int>(number("w.local_rank", -1));
@@ -148,6 +151,7 @@ AttemptEnd decode_attempt_end(const std::string& text) {
     w.stopped = number("w.stopped", 0) != 0;
     w.time = std::chrono::system_clock::time_point(std::chrono::milliseconds(number("w.time_ms", 0)));
     w.log_file = string("w.log_file");
+    w.suspended = string("w.suspended");
     if (fields.count("b.rank")) {
       Blame b;
       b.rank = static_cast<int>(number("b.rank", -1));

@@ -27,9 +27,10 @@ struct AttemptEnd {
     AgentLost,     // a node's ddprun vanished (its connection to the store closed)
     AgentFailed,   // a node's ddprun stopped with an error (it could not join, start its workers, ...)
     StoreLost,     // this node lost the job's store (node 0's ddprun is gone)
+    WorkerStopped,  // `worker` stayed stopped (SIGSTOP) after the rest of the job exited, past --stopped_timeout
   };
   Kind kind = Kind::Succeeded;
-  WorkerExit worker;  // WorkerFailed: the first worker that failed
+  WorkerExit worker;  // WorkerFailed: the first worker that failed; WorkerStopped: the stopped one
   std::optional<Blame> blame;  // WorkerFailed: the root cause, when it is another rank
   int signal = 0;     // Interrupted
   int node_rank = 0;  // the node that reported it
@@ -38,7 +39,9 @@ struct AttemptEnd {
   std::string what;  // a sentence for the other kinds, e.g. "ddprun on node 1 (host h, pid 7) received SIGINT"
 
   // A worker failure may be retried with --max_restarts; the others end the job.
-  bool restartable() const { return kind == Kind::WorkerFailed; }
+  bool restartable() const { return kind == Kind::WorkerFailed || kind == Kind::WorkerStopped; }
+  // Whether `worker` is what the record is about.
+  bool names_worker() const { return kind == Kind::WorkerFailed || kind == Kind::WorkerStopped; }
 };
 
 // Text for the store, and back. decode throws ddp::Error on text that encode did not write.

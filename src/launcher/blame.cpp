@@ -181,12 +181,16 @@ char stat_state(std::string_view stat_text) {
   return stat_text[paren + 2];
 }
 
-std::optional<std::string> stopped_state(pid_t pid) {
-  const std::string path = cat("/proc/", pid, "/stat");
-  std::ifstream in(path);
+char process_state(pid_t pid) {
+  std::ifstream in(cat("/proc/", pid, "/stat"));
   std::string text;
   std::getline(in, text);
-  const char state = stat_state(text);
+  return stat_state(text);
+}
+
+std::optional<std::string> stopped_state(pid_t pid) {
+  const std::string path = cat("/proc/", pid, "/stat");
+  const char state = process_state(pid);
   if (state == 'T') return cat("suspended (state T in ", path, ")");
   if (state == 't') return cat("suspended by a debugger (state t, a tracing stop, in ", path, ")");
   return std::nullopt;

@@ -56,6 +56,9 @@ Failures and restarts:
                       workers are watched continuously.
   --grace_period S    (ddprun) Seconds between SIGTERM and SIGKILL when stopping workers
                       (default 30).
+  --stopped_timeout S (ddprun) Seconds a worker may stay stopped (SIGSTOP, state T) once every
+                      other worker of the job has exited, before ddprun ends it (SIGCONT and
+                      SIGTERM, then SIGKILL) as a failure (default 60; 0: at once).
 
 Output:
   --log_dir DIR       Write each worker's output to DIR/<run id>/attempt_<N>/rank_<R>.log (both

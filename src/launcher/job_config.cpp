@@ -133,6 +133,7 @@ JobConfig make_job_config(const Options& options, const EnvLookup& env, const Ma
   config.max_restarts = options.max_restarts;
   config.monitor_interval = seconds(options.monitor_interval_s);
   config.grace_period = seconds(options.grace_period_s);
+  config.stopped_timeout = seconds(options.stopped_timeout_s);
   config.join_timeout = seconds_setting(options.rdzv_conf, "join_timeout", config.join_timeout);
   config.last_call_timeout = seconds_setting(options.rdzv_conf, "last_call_timeout", config.last_call_timeout);
   config.log_dir = options.log_dir;

@@ -56,6 +56,7 @@ struct JobConfig {
   int max_restarts = 0;
   std::chrono::milliseconds monitor_interval{100};
   std::chrono::milliseconds grace_period{30000};
+  std::chrono::milliseconds stopped_timeout{60000};
   std::chrono::milliseconds join_timeout{600000};
   std::chrono::milliseconds last_call_timeout{30000};
   std::string log_dir;  // empty: no log files (unless --redirects/--tee ask for them)

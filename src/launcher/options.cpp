@@ -196,6 +196,8 @@ const std::map<std::string, Flag>& flags() {
        {true, [](Options& o, const std::string& v) { o.monitor_interval_s = parse_seconds("monitor_interval", v, false); }}},
       {"grace_period",
        {true, [](Options& o, const std::string& v) { o.grace_period_s = parse_seconds("grace_period", v, true); }}},
+      {"stopped_timeout",
+       {true, [](Options& o, const std::string& v) { o.stopped_timeout_s = parse_seconds("stopped_timeout", v, true); }}},
       {"log_dir",
        {true, [](Options& o, const std::string& v) {
           if (v.empty()) bad_value("log_dir", v, "a directory");
