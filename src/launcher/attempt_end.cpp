@@ -48,6 +48,7 @@ const char* kind_name(AttemptEnd::Kind kind) {
     case AttemptEnd::Kind::AgentFailed: return "agent_failed";
     case AttemptEnd::Kind::StoreLost: return "store_lost";
     case AttemptEnd::Kind::WorkerStopped: return "worker_stopped";
+    case AttemptEnd::Kind::NodeWaiting: return "node_waiting";
   }
   return "?";
 }
@@ -63,6 +64,9 @@ std::string encode(const AttemptEnd& end) {
   field("host", escape(end.host));
   field("agent_pid", end.agent_pid);
   field("what", escape(end.what));
+  field("lost_agent", end.lost_agent);
+  field("lost_why", escape(end.lost_why));
+  field("time_ms", std::chrono::duration_cast<std::chrono::milliseconds>(end.time.time_since_epoch()).count());
   if (end.names_worker()) {
     const WorkerExit& w = end.worker;
     field("w.rank", w.rank);
@@ -127,7 +131,7 @@ AttemptEnd decode_attempt_end(const std::string& text) {
   bool known = false;
   for (auto k : {AttemptEnd::Kind::Succeeded, AttemptEnd::Kind::WorkerFailed, AttemptEnd::Kind::Interrupted,
                  AttemptEnd::Kind::AgentLost, AttemptEnd::Kind::AgentFailed, AttemptEnd::Kind::StoreLost,
-                 AttemptEnd::Kind::WorkerStopped}) {
+                 AttemptEnd::Kind::WorkerStopped, AttemptEnd::Kind::NodeWaiting}) {
     if (kind == kind_name(k)) {
       end.kind = k;
       known = true;
@@ -139,6 +143,9 @@ AttemptEnd decode_attempt_end(const std::string& text) {
   end.host = string("host");
   end.agent_pid = number("agent_pid", 0);
   end.what = string("what");
+  end.lost_agent = static_cast<int>(number("lost_agent", -1));
+  end.lost_why = string("lost_why");
+  end.time = std::chrono::system_clock::time_point(std::chrono::milliseconds(number("time_ms", 0)));
   if (end.names_worker()) {
     WorkerExit& w = end.worker;
     w.rank = static_cast<int>(number("w.rank", -1));
