@@ -74,7 +74,7 @@ class Agent {
       return 128 + i.signal;
     } catch (const JobClosed& closed) {
       say(cat("the job ", closed.outcome, " before a round had room for this node; nothing ran here"));
-      leave_job(*store_, 0, agent_, false, 10s);
+      leave_job(*store_, {}, false, 10s);
       return closed.succeeded ? 0 : 1;
     }
     for (;;) {
@@ -171,6 +171,9 @@ class Agent {
       say_place();
       return;
     }
+    if (first_round > 0) {  // the job runs already: this node waits for the next round
+      say_waiting(decode_round_record(store_->get(keys::round(first_round - 1, "record"))));
+    }
     RoundRecord first;
     try {
       first = join_round(*store_, s, agent_, first_round, {}, check_interrupt_,
@@ -250,6 +253,7 @@ class Agent {
       say(cat("the job ", closed.outcome, " while this node waited for a round"));
       return closed.succeeded ? 0 : 1;
     } catch (const Error& e) {
+      store_gone_ = true;
       print_summary(store_lost(e), {}, false);
       return 1;
     }
@@ -275,15 +279,28 @@ class Agent {
       for (const auto& change : history_) text += "  " + history_line(change) + "\n";
       write_fully(STDERR_FILENO, text);
     }
-    int agents = membership_.nnodes;
-    if (config_.elastic()) {
-      if (coordinator()) close_job(*store_, exit_code == 0 ? "succeeded" : "ended", exit_code == 0);
+    if (store_gone_) return exit_code;
+    // The agents the store must outlive: every node but this one (elastic: every one that came,
+    // but those already lost, which will not say goodbye).
+    std::vector<int> others;
+    if (!config_.elastic()) {
+      for (int n = 0; n < membership_.nnodes; ++n) {
+        if (n != agent_) others.push_back(n);
+      }
+    } else if (coordinator()) {
+      close_job(*store_, exit_code == 0 ? "succeeded" : "ended", exit_code == 0);
       try {
-        agents = static_cast<int>(store_->add(keys::kArrivals, 0));
+        const auto arrivals = static_cast<int>(store_->add(keys::kArrivals, 0));
+        for (int a = 0; a < arrivals; ++a) {
+          const bool lost = std::any_of(history_.begin(), history_.end(), [&](const MembershipChange& c) {
+            return c.agent == a && c.kind == MembershipChange::Kind::Lost;
+          });
+          if (a != agent_ && !lost) others.push_back(a);
+        }
       } catch (const Error&) {
       }
     }
-    leave_job(*store_, agents, agent_, coordinator(), 10s);
+    leave_job(*store_, others, coordinator(), 10s);
     return exit_code;
   }
 
@@ -502,6 +519,7 @@ class Agent {
                                            .look = coordinator() ? coordinator_look(attempt) : nullptr,
                                            .heartbeat = heartbeat_.get(),
                                            .interval = config_.monitor_interval,
+                                           .request_timeout = config_.silence_limit(),
                                            .store_address = store_address_,
                                            .reporter = reporter()});
       try {
@@ -576,6 +594,7 @@ class Agent {
   // What follows an attempt's end: the job's end (with its report), or another attempt.
   Outcome after_attempt(const AttemptEnd& end, const std::vector<WorkerExit>& local, int signal_received) {
     using Kind = AttemptEnd::Kind;
+    if (end.kind == Kind::StoreLost) store_gone_ = true;  // nobody is left to say goodbye to
     if (end.kind == Kind::Succeeded && !signal_received) return {false, 0, end};
     if (end.kind == Kind::Succeeded || end.kind == Kind::Interrupted ||
         (end.kind == Kind::NodeWaiting && signal_received)) {
@@ -682,6 +701,7 @@ class Agent {
   std::optional<RoundRecord> record_;          // elastic: the round under way
   std::vector<MembershipChange> history_;      // elastic: every change so far
   bool omp_noted_ = false;
+  bool store_gone_ = false;  // this node lost the store: leaving would wait for nothing
   std::shared_ptr<TCPStore> store_;
   std::unique_ptr<Heartbeat> heartbeat_;  // after store_: it beats on a clone of it
 };

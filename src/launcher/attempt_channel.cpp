@@ -97,7 +97,11 @@ EndWatcher::EndWatcher(std::shared_ptr<Store> store, Settings settings)
 }
 
 EndWatcher::~EndWatcher() {
-  stop_.store(true);
+  {
+    std::lock_guard lock(stop_mutex_);
+    stop_ = true;
+  }
+  stop_cv_.notify_all();
   thread_.join();
 }
 
@@ -117,13 +121,12 @@ void EndWatcher::finish(AttemptEnd end) {
 
 void EndWatcher::run() {
   const auto slice = std::clamp<std::chrono::milliseconds>(settings_.interval, 10ms, 1000ms);
-  while (!stop_.load()) {
+  store_->set_timeout(settings_.request_timeout);
+  for (;;) {
     try {
-      try {
-        store_->wait({settings_.end_key}, slice);
+      if (store_->check({settings_.end_key})) {
         finish(decode_attempt_end(store_->get(settings_.end_key)));
         return;
-      } catch (const TimeoutError&) {
       }
       if (settings_.heartbeat) {
         if (auto failure = settings_.heartbeat->failure()) {
@@ -133,17 +136,20 @@ void EndWatcher::run() {
       }
       if (settings_.look) {
         if (auto end = settings_.look(*store_)) {
-          store_->compare_set(settings_.end_key, "", encode(*end));  // the next wait sees the end that stands
+          store_->compare_set(settings_.end_key, "", encode(*end));  // the next look sees the end that stands
+          continue;
         }
       }
     } catch (const Error& e) {
       finish(store_lost_end(settings_.reporter, settings_.store_address, e.what()));
       return;
     }
+    std::unique_lock lock(stop_mutex_);
+    if (stop_cv_.wait_for(lock, slice, [this] { return stop_; })) return;
   }
 }
 
-void leave_job(Store& store, int agents, int me, bool coordinator, std::chrono::milliseconds timeout) {
+void leave_job(Store& store, const std::vector<int>& others, bool coordinator, std::chrono::milliseconds timeout) {
   try {
     // Bounded even when the store cannot be reached (a cut network): a leaving node must not hang.
     store.set_timeout(timeout);
@@ -154,10 +160,10 @@ void leave_job(Store& store, int agents, int me, bool coordinator, std::chrono::
     const auto deadline = Clock::now() + timeout;
     while (Clock::now() < deadline) {
       std::int64_t gone = store.add(keys::kLeft, 0);
-      for (int agent = 0; agent < agents; ++agent) {
-        if (agent != me && store.check({detail::lost_rank_key(kAgentRankBase + agent)})) ++gone;
+      for (int agent : others) {
+        if (store.check({detail::lost_rank_key(kAgentRankBase + agent)})) ++gone;
       }
-      if (gone >= agents - 1) return;
+      if (gone >= static_cast<std::int64_t>(others.size())) return;
       std::this_thread::sleep_for(20ms);
     }
   } catch (const Error&) {

@@ -68,8 +68,9 @@ class AttemptChannel {
 // When one of the watched nodes' agents is gone, the AgentLost record that says so.
 std::optional<AttemptEnd> find_lost_agent(NodeWatch& watch, Store& store, const AttemptEnd& reporter);
 
-// Watches the attempt's end record on a connection of its own, on a background thread; fd()
-// becomes readable when the end is known. `look` (the coordinator's) may end the attempt too: it
+// Watches the attempt's end record on a connection of its own, on a background thread, every
+// interval (no blocking wait: a store out of reach must not hold it up for long); fd() becomes
+// readable when the end is known. `look` (the coordinator's) may end the attempt too: it
 // is called every interval with the watcher's connection and returns the end to publish (a node
 // gone, a node waiting to join). A broken connection to the store ends it (StoreLost: the node
 // hosting the store is gone), and so does this node's heartbeat failing (the store out of reach).
@@ -80,6 +81,7 @@ class EndWatcher {
     std::function<std::optional<AttemptEnd>(Store&)> look;  // may be empty
     const Heartbeat* heartbeat = nullptr;                   // may be null
     std::chrono::milliseconds interval{100};
+    std::chrono::milliseconds request_timeout{60000};  // a store that does not answer in time is lost
     std::string store_address;  // for messages
     AttemptEnd reporter;        // node_rank, host and agent_pid of this node, for records it writes
   };
@@ -100,7 +102,9 @@ class EndWatcher {
   detail::Fd event_;
   mutable std::mutex mutex_;
   std::optional<AttemptEnd> end_;
-  std::atomic<bool> stop_{false};
+  std::mutex stop_mutex_;
+  std::condition_variable stop_cv_;
+  bool stop_ = false;
   std::thread thread_;
 };
 
@@ -108,8 +112,8 @@ class EndWatcher {
 AttemptEnd store_lost_end(const AttemptEnd& reporter, const std::string& store_address, const std::string& error);
 
 // After the job's last attempt: a node that does not host the store says it is leaving; the
-// coordinator (which hosts it) waits up to `timeout` for the other agents (0 to agents - 1 but
-// itself, `me`) to leave or vanish, so that the store outlives everyone who needs it. Never throws.
-void leave_job(Store& store, int agents, int me, bool coordinator, std::chrono::milliseconds timeout);
+// coordinator (which hosts it) waits up to `timeout` for the other agents (`others`, by agent id)
+// to leave or vanish, so that the store outlives everyone who needs it. Never throws.
+void leave_job(Store& store, const std::vector<int>& others, bool coordinator, std::chrono::milliseconds timeout);
 
 }  // namespace ddp::launcher

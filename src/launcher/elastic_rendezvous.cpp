@@ -113,7 +113,7 @@ RoundRecord form_round(Store& store, const RendezvousSettings& s, int round, con
     const int workers = record.world_size();
     if (start.previous) {
       for (const auto& node : expected) {
-        if (record.node_rank_of(node.agent) >= 0) continue;
+        if (std::find(joined.begin(), joined.end(), node.agent) != joined.end()) continue;  // in it (or too late: full)
         MembershipChange c;
         c.kind = MembershipChange::Kind::Lost;
         c.agent = node.agent;

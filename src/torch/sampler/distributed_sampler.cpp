@@ -68,8 +68,9 @@ struct DistributedSampler::Impl {
 
   bool cached(std::int64_t for_epoch, std::int64_t from) const { return pass_epoch == for_epoch && pass_start == from; }
 
+  // The pass under way keeps its indices (a set_epoch mid-pass applies at the next pass).
   void ensure_indices() {
-    if (cached(epoch, start)) return;
+    if (pass_epoch) return;
     indices = compute(epoch, start);
     pass_epoch = epoch;
     pass_start = start;
