@@ -7,15 +7,16 @@
 
 #include <cstdio>
 
+#include <algorithm>
+
 #include "attempt_channel.h"
-#include "blame.h"
+#include "attempt_records.h"
 #include "checkpoint_record.h"
 #include "ddp/error.h"
 #include "elastic_rendezvous.h"
 #include "liveness.h"
 #include "rendezvous.h"
 #include "round_record.h"
-#include "store/lost_ranks.h"
 #include "store_host.h"
 #include "store_keys.h"
 #include "summary.h"
@@ -23,6 +24,7 @@
 #include "worker_env.h"
 #include "worker_group.h"
 #include "worker_output.h"
+#include "worker_specs.h"
 
 namespace ddp::launcher {
 
@@ -33,13 +35,6 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 void say(const std::string& text) { write_fully(STDERR_FILENO, "ddprun: " + text + "\n"); }
-
-std::string safe_name(std::string text) {
-  for (char& c : text) {
-    if (c == '/' || c == '\0') c = '_';
-  }
-  return text;
-}
 
 // The width of ddprun's stdout when it is a terminal (then local rank 0 gets a terminal of its
 // own, so that a progress bar shows as a bar); 0 when it is a file or a pipe.
@@ -304,58 +299,6 @@ class Agent {
     return exit_code;
   }
 
-  std::vector<WorkerSpec> worker_specs(int attempt) const {
-    std::vector<WorkerSpec> specs;
-    const auto parent = process_env();
-    JobEnv job;
-    job.master_addr = config_.master_addr;
-    job.master_port = port_;
-    job.run_id = config_.run_id;
-    job.role = config_.role;
-    job.max_restarts = config_.max_restarts;
-    const std::string attempt_dir =
-        config_.log_dir.empty() ? "" : cat(config_.log_dir, "/", safe_name(config_.run_id), "/attempt_", attempt);
-    for (int local = 0; local < config_.nproc; ++local) {
-      WorkerPlace place;
-      place.rank = membership_.rank_offset() + local;
-      place.local_rank = local;
-      place.world_size = membership_.world_size();
-      place.local_world_size = config_.nproc;
-      place.node_rank = membership_.node_rank;
-      place.nnodes = membership_.nnodes;
-      place.restart_count = attempt;
-      if (!attempt_dir.empty()) job.error_file = cat(attempt_dir, "/rank_", place.rank, ".error.json");
-      job.checkpoint_record = records_.path_for(place.rank);
-      WorkerSpec spec;
-      spec.rank = place.rank;
-      spec.local_rank = local;
-      spec.node_rank = membership_.node_rank;
-      spec.path = command_.path;
-      spec.argv = command_.argv;
-      spec.env = worker_environment(place, job, parent);
-      spec.output.rank = place.rank;
-      if (!attempt_dir.empty()) spec.output.log_path = cat(attempt_dir, "/rank_", place.rank, ".log");
-      bool shown = true;
-      if (config_.local_ranks_filter) {
-        const auto& f = *config_.local_ranks_filter;
-        shown = std::find(f.begin(), f.end(), local) != f.end();
-      }
-      const int redirected = config_.redirects.for_local_rank(local);
-      const int teed = config_.tee.for_local_rank(local);
-      for (int s = 0; s < 2; ++s) {
-        const int bit = 1 << s;
-        spec.output.console[s] = shown && (!(redirected & bit) || (teed & bit));
-      }
-      spec.output.keep = may_name_ranks_waited_for;  // the evidence find_root_cause reads
-      if (local == 0 && terminal_width_ > 0 && spec.output.console[0]) {
-        spec.terminal_columns = terminal_width_ - static_cast<int>(cat("[", place.rank, "]:").size());
-        spec.output.live_stdout = true;
-      }
-      specs.push_back(std::move(spec));
-    }
-    return specs;
-  }
-
   // Publishes `end` unless the attempt already ended; a lost store leaves `end` as it is.
   AttemptEnd publish(AttemptChannel& channel, const AttemptEnd& end) {
     try {
@@ -392,39 +335,6 @@ class Agent {
     }
   }
 
-  std::string stopped_alone_notice(const WorkerGroup& group) const {
-    std::string who, pids;
-    const auto& stopped = group.stopped_alone();
-    for (const auto& s : stopped) {
-      long pid = 0;
-      for (const WorkerExit& w : group.exits()) {
-        if (w.rank == s.rank) pid = w.pid;
-      }
-      who += cat(who.empty() ? "" : "; ", "rank ", s.rank, " (pid ", pid, ") is ", s.state);
-      pids += cat(" ", pid);
-    }
-    const char* them = stopped.size() == 1 ? "it" : "them";
-    return cat(who, ", and every other worker of the job has exited: no collective is left to time out on ", them,
-               " and nothing will continue ", them, ". Continue ", them, " to let ", them, " finish (kill -CONT", pids,
-               "); otherwise ddprun ends ", them, " as a failure in ", detail::format_duration(config_.stopped_timeout),
-               " (--stopped_timeout).");
-  }
-
-  AttemptEnd stopped_too_long(const WorkerGroup& group) const {
-    const SuspendedWorker& first = group.stopped_alone().front();
-    AttemptEnd end = reporter();
-    end.kind = AttemptEnd::Kind::WorkerStopped;
-    for (const WorkerExit& w : group.exits()) {
-      if (w.rank == first.rank) end.worker = w;
-    }
-    end.what = cat("rank ", first.rank, " stayed ", first.state, " for ", detail::format_duration(config_.stopped_timeout),
-                   " after every other worker of the job had exited: no collective was left to time out on it and "
-                   "nothing would continue it, so ddprun ended it (SIGCONT and SIGTERM, then SIGKILL after "
-                   "--grace_period) as a failure (--stopped_timeout=",
-                   detail::format_duration(config_.stopped_timeout), ")");
-    return end;
-  }
-
   // After this node's workers all succeeded: waits for the attempt's end (or a signal).
   AttemptEnd wait_for_end(AttemptChannel& channel, EndWatcher& watcher, int& signal_received) {
     for (;;) {
@@ -452,35 +362,12 @@ class Agent {
     return NodeWatch(other_nodes(), config_.silence_limit(), rdzv_.silence_settings);
   }
 
-  // The coordinator's look at the job while an attempt runs: a node gone ends it (AgentLost);
-  // in an elastic job with room, a node waiting for the next round ends it too (NodeWaiting),
-  // unless a node has finished already.
-  std::function<std::optional<AttemptEnd>(Store&)> coordinator_look(int round) const {
-    auto watch = std::make_shared<NodeWatch>(watch_others());
-    const AttemptEnd me = reporter();
-    const bool room = config_.elastic() && membership_.nnodes < config_.max_nodes;
+  // The coordinator's look while the round runs (see round_watch).
+  std::function<std::optional<AttemptEnd>(Store&)> watch_round() const {
     std::vector<int> members;
     for (const auto& node : membership_.nodes) members.push_back(node.agent);
-    return [watch, me, room, members, round](Store& store) -> std::optional<AttemptEnd> {
-      AttemptEnd reporter = me;
-      reporter.time = std::chrono::system_clock::now();
-      if (auto lost = find_lost_agent(*watch, store, reporter)) return lost;
-      if (!room || store.add(keys::attempt(round, "succeeded"), 0) > 0) return std::nullopt;
-      const auto arrivals = static_cast<int>(store.add(keys::kArrivals, 0));
-      for (int agent = 0; agent < arrivals; ++agent) {
-        if (std::find(members.begin(), members.end(), agent) != members.end()) continue;
-        if (!store.check({keys::round_join(round + 1, agent)})) continue;
-        if (store.check({detail::lost_rank_key(kAgentRankBase + agent)})) continue;
-        const NodeInfo node = decode_node(store.get(keys::node(agent)), agent);
-        AttemptEnd waiting = reporter;
-        waiting.kind = AttemptEnd::Kind::NodeWaiting;
-        waiting.what = cat("a node (host ", node.host, ", pid ", node.pid, ", ", node.nproc, " worker",
-                           node.nproc == 1 ? "" : "s", ") is waiting to join: the group re-forms with it. The "
-                           "workers are told first (SIGTERM, then --grace_period); a membership change uses no restart");
-        return waiting;
-      }
-      return std::nullopt;
-    };
+    const bool room = config_.elastic() && membership_.nnodes < config_.max_nodes;
+    return round_watch(watch_others(), std::move(members), room, round_, reporter());
   }
 
   Outcome run_attempt(int attempt) {
@@ -511,12 +398,19 @@ class Agent {
           "OMP_NUM_THREADS is unset), to keep the machine from being overloaded; set it yourself to tune it");
     }
     omp_noted_ = true;
-    WorkerGroup group(worker_specs(attempt), signals_, guard_);
+    WorkerGroup group(worker_specs({.config = config_,
+                                    .command = command_,
+                                    .membership = membership_,
+                                    .round = attempt,
+                                    .port = port_,
+                                    .records = records_,
+                                    .terminal_width = terminal_width_}),
+                      signals_, guard_);
     int signal_received = 0;
     AttemptEnd end;
     {
       EndWatcher watcher(store_->clone(), {.end_key = channel.end_key(),
-                                           .look = coordinator() ? coordinator_look(attempt) : nullptr,
+                                           .look = coordinator() ? watch_round() : nullptr,
                                            .heartbeat = heartbeat_.get(),
                                            .interval = config_.monitor_interval,
                                            .request_timeout = config_.silence_limit(),
@@ -537,7 +431,7 @@ class Agent {
       for (;;) {
         wakeup = group.wait(watcher.fd());
         if (wakeup.event == WorkerGroup::Event::StoppedAlone) {
-          say(stopped_alone_notice(group));
+          say(stopped_alone_notice(group, config_.stopped_timeout));
         } else if (wakeup.event == WorkerGroup::Event::Resumed) {
           say("the stopped worker runs again: waiting for it to finish");
         } else {
@@ -548,7 +442,7 @@ class Agent {
         case WorkerGroup::Event::StoppedAlone:
         case WorkerGroup::Event::Resumed:
         case WorkerGroup::Event::StoppedTooLong: {
-          end = publish(channel, stopped_too_long(group));
+          end = publish(channel, stopped_too_long_end(group, reporter(), config_.stopped_timeout));
           group.stop(SIGTERM, config_.grace_period);
           break;
         }
@@ -557,7 +451,7 @@ class Agent {
           failed.kind = AttemptEnd::Kind::WorkerFailed;
           const std::size_t index = *group.failed_worker();
           failed.worker = group.exits()[index];
-          failed.blame = blame(group, index);
+          failed.blame = blame_for(group, index, membership_);
           end = publish(channel, failed);
           group.stop(SIGTERM, config_.grace_period);
           break;
@@ -615,38 +509,6 @@ class Agent {
     }
     if (restarts_left && !signal_received) return {true, 0, end, true};
     return {false, signal_received ? 128 + signal_received : 1, end};
-  }
-
-  // The root cause when the failed worker (group index `index`) was a victim: the rank its
-  // error says it waited for, checked against this node's stopped workers.
-  std::optional<Blame> blame(WorkerGroup& group, std::size_t index) const {
-    const WorkerExit& failed = group.exit_of(index);
-    const auto culprit = find_root_cause(failed.rank, group.kept_lines(index), group.find_suspended());
-    if (!culprit) return std::nullopt;
-    Blame b;
-    b.rank = culprit->rank;
-    b.evidence = culprit->evidence;
-    for (const WorkerExit& w : group.exits()) {
-      if (w.rank != b.rank) continue;
-      b.local_rank = w.local_rank;
-      b.node_rank = w.node_rank;
-      b.host = w.host;
-      b.pid = w.pid;
-      return b;
-    }
-    // Another node's worker: ranks are numbered node by node.
-    int first = 0;
-    for (int n = 0; n < membership_.nnodes; ++n) {
-      const auto& node = membership_.nodes[static_cast<std::size_t>(n)];
-      if (b.rank < first + node.nproc) {
-        b.node_rank = n;
-        b.local_rank = b.rank - first;
-        b.host = node.host;
-        return b;
-      }
-      first += node.nproc;
-    }
-    return std::nullopt;  // a rank outside the job: the evidence was misread
   }
 
   void print_stop_report(const AttemptEnd& stop, const std::vector<WorkerExit>& local) {

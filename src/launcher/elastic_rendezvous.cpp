@@ -211,6 +211,31 @@ RoundRecord join_round(Store& store, const RendezvousSettings& s, int agent, int
   }
 }
 
+std::function<std::optional<AttemptEnd>(Store&)> round_watch(NodeWatch others, std::vector<int> members, bool room,
+                                                             int round, AttemptEnd reporter) {
+  auto watch = std::make_shared<NodeWatch>(std::move(others));
+  return [watch, members = std::move(members), room, round, me = std::move(reporter)](Store& store)
+             -> std::optional<AttemptEnd> {
+    AttemptEnd reporter = me;
+    reporter.time = std::chrono::system_clock::now();
+    if (auto lost = find_lost_agent(*watch, store, reporter)) return lost;
+    if (!room || store.add(keys::attempt(round, "succeeded"), 0) > 0) return std::nullopt;
+    const auto arrivals = static_cast<int>(store.add(keys::kArrivals, 0));
+    for (int agent = 0; agent < arrivals; ++agent) {
+      if (std::find(members.begin(), members.end(), agent) != members.end()) continue;
+      if (!store.check({keys::round_join(round + 1, agent)}) || vanished(store, agent)) continue;
+      const NodeInfo node = decode_node(store.get(keys::node(agent)), agent);
+      AttemptEnd waiting = reporter;
+      waiting.kind = AttemptEnd::Kind::NodeWaiting;
+      waiting.what = cat("a node (host ", node.host, ", pid ", node.pid, ", ", node.nproc, " worker",
+                         node.nproc == 1 ? "" : "s", ") is waiting to join: the group re-forms with it. The workers "
+                         "are told first (SIGTERM, then --grace_period); a membership change uses no restart");
+      return waiting;
+    }
+    return std::nullopt;
+  };
+}
+
 void close_job(Store& store, const std::string& outcome, bool succeeded) {
   try {
     store.set(keys::kClosed, cat(succeeded ? "1" : "0", "\n", outcome));

@@ -9,8 +9,10 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "attempt_end.h"
+#include "liveness.h"
 #include "rendezvous.h"
 #include "round_record.h"
 
@@ -63,6 +65,12 @@ struct RoundStart {
 RoundRecord join_round(Store& store, const RendezvousSettings& settings, int agent, int round, const RoundStart& start,
                        const std::function<void()>& check_interrupt,
                        const std::function<void(const RoundRecord&)>& waiting);
+
+// The coordinator's look at a round while it runs (EndWatcher's `look`): a node of `others` gone
+// ends it (AgentLost); with `room` (an elastic job below MAX), so does a node asking for the next
+// round (NodeWaiting), unless a node has finished already. `members`: the round's agent ids.
+std::function<std::optional<AttemptEnd>(Store&)> round_watch(NodeWatch others, std::vector<int> members, bool room,
+                                                             int round, AttemptEnd reporter);
 
 // The coordinator, when the job ends: later arrivals waiting for a round learn it. Never throws.
 void close_job(Store& store, const std::string& outcome, bool succeeded);

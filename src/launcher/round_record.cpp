@@ -3,6 +3,7 @@
 #include <map>
 
 #include "ddp/error.h"
+#include "record_text.h"
 #include "util/strings.h"
 #include "worker_exit.h"
 
@@ -27,34 +28,6 @@ namespace {
 
 const std::string kHeader = "ddprun-round 1\n";
 
-// A field's value on one line: '\\' and '\n' escaped.
-std::string escape(const std::string& value) {
-  std::string out;
-  for (char c : value) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '\n') out += "\\n";
-    else out += c;
-  }
-  return out;
-}
-
-std::string unescape(std::string_view value) {
-  std::string out;
-  for (std::size_t i = 0; i < value.size(); ++i) {
-    if (value[i] == '\\' && i + 1 < value.size()) {
-      out += value[i + 1] == 'n' ? '\n' : value[i + 1];
-      ++i;
-    } else {
-      out += value[i];
-    }
-  }
-  return out;
-}
-
-std::int64_t millis(std::chrono::system_clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
-}
-
 }  // namespace
 
 // One item per line: "round=", "formed=", "restarts=", "failure=", then "node=AGENT NPROC PID HOST"
@@ -62,12 +35,12 @@ std::int64_t millis(std::chrono::system_clock::time_point t) {
 std::string encode(const RoundRecord& r) {
   std::string out = kHeader;
   out += cat("round=", r.round, "\nformed=", r.formed ? 1 : 0, "\nrestarts=", r.restarts_used, "\nfailure=",
-             escape(r.failure), "\n");
-  for (const auto& n : r.nodes) out += cat("node=", n.agent, " ", n.nproc, " ", n.pid, " ", escape(n.host), "\n");
+             escape_field(r.failure), "\n");
+  for (const auto& n : r.nodes) out += cat("node=", n.agent, " ", n.nproc, " ", n.pid, " ", escape_field(n.host), "\n");
   for (const auto& c : r.changes) {
     out += cat("change=", c.kind == MembershipChange::Kind::Lost ? "lost" : "joined", " ", c.agent, " ", c.node_rank,
-               " ", c.pid, " ", millis(c.time), " ", c.nnodes, " ", c.workers, " ", escape(c.host), "\t",
-               escape(c.why), "\n");
+               " ", c.pid, " ", to_millis(c.time), " ", c.nnodes, " ", c.workers, " ", escape_field(c.host), "\t",
+               escape_field(c.why), "\n");
   }
   return out;
 }
@@ -109,13 +82,13 @@ RoundRecord decode_round_record(const std::string& text) {
     } else if (key == "restarts") {
       r.restarts_used = static_cast<int>(number(value, "restarts"));
     } else if (key == "failure") {
-      r.failure = unescape(value);
+      r.failure = unescape_field(value);
     } else if (key == "node") {
       NodeInfo n;
       n.agent = static_cast<int>(number(word(value, "node"), "an agent"));
       n.nproc = static_cast<int>(number(word(value, "node"), "a worker count"));
       n.pid = static_cast<long>(number(word(value, "node"), "a pid"));
-      n.host = unescape(value);
+      n.host = unescape_field(value);
       if (n.nproc < 1) throw bad("a node without workers");
       r.nodes.push_back(std::move(n));
     } else if (key == "change") {
@@ -126,13 +99,13 @@ RoundRecord decode_round_record(const std::string& text) {
       c.agent = static_cast<int>(number(word(value, "change"), "an agent"));
       c.node_rank = static_cast<int>(number(word(value, "change"), "a node rank"));
       c.pid = static_cast<long>(number(word(value, "change"), "a pid"));
-      c.time = std::chrono::system_clock::time_point(std::chrono::milliseconds(number(word(value, "change"), "a time")));
+      c.time = from_millis(number(word(value, "change"), "a time"));
       c.nnodes = static_cast<int>(number(word(value, "change"), "a node count"));
       c.workers = static_cast<int>(number(word(value, "change"), "a worker count"));
       const auto tab = value.find('\t');
       if (tab == std::string_view::npos) throw bad("a change without its reason");
-      c.host = unescape(value.substr(0, tab));
-      c.why = unescape(value.substr(tab + 1));
+      c.host = unescape_field(value.substr(0, tab));
+      c.why = unescape_field(value.substr(tab + 1));
       r.changes.push_back(std::move(c));
     } else {
       throw bad(cat("unknown field ", detail::quote(std::string(key))));

@@ -25,7 +25,7 @@ std::vector<std::string> trainer_node(const NodeNetwork& net, int node, int npro
   return net.on(node, {DDPRUN, "--nnodes=2:3", "--nproc_per_node=" + std::to_string(nproc), "--rdzv_backend=c10d",
                        "--rdzv_endpoint=" + NodeNetwork::address(0) + ":29400", "--rdzv_id=elastic-example",
                        "--max_restarts=2", "--grace_period=30",
-                       "--rdzv_conf=join_timeout=60,last_call_timeout=3,keep_alive_interval=0.5",
+                       "--rdzv_conf=join_timeout=60,last_call_timeout=3,keep_alive_interval=0.5,keep_alive_max_attempt=10",
                        TRAIN_FASHION_MNIST, "--epochs", "2", "--limit-train", std::to_string(kTrain),
                        "--limit-test", "200", "--batch-size", "16", "--log-every", "2", "--checkpoint-every", "2",
                        "--timeout", "20", "--checkpoint-dir", (dir / "run").string(), "--sample-log",
@@ -61,28 +61,33 @@ TEST(FashionMnistElastic, ANodeLostAndANodeJoinedAndEveryEpochSawEachSampleOnce)
   const auto until = Clock::now() + 120s;
   while (steps_logged(root / "ids") < 8 && Clock::now() < until) ::usleep(50000);
   ASSERT_GE(steps_logged(root / "ids"), 8) << a.all();
+  // B and C started together: the later arrival is node 2, whose ddprun is killed.
+  ASSERT_TRUE(b.wait_for("ddprun: node ") && c.wait_for("ddprun: node ")) << b.all() << c.all();
+  const bool b_last = b.err().find("ddprun: node 2 of 3:") != std::string::npos;
+  Launch& victim = b_last ? b : c;
+  Launch& survivor = b_last ? c : b;
   const auto killed = Clock::now();
-  ::kill(c.pid(), SIGKILL);
+  ::kill(victim.pid(), SIGKILL);
   ASSERT_TRUE(a.wait_for("[0]:resumed at world size 3 (written at 4): sample ", 120s)) << a.all();
   EXPECT_LT(Clock::now() - killed, 90s) << "the survivors took too long to go on";
-  EXPECT_NE(a.err().find("node 2 (host nodeC, pid " + std::to_string(c.pid()) +
-                         ") lost: its ddprun vanished ("),
+  EXPECT_NE(a.err().find(std::string("node 2 (host ") + (b_last ? "nodeB" : "nodeC") + ", pid " +
+                         std::to_string(victim.pid()) + ") lost: its ddprun vanished ("),
             std::string::npos)
       << a.all();
   // A fourth node joins the running job: the others are told (SIGTERM), checkpoint and re-form.
   Launch d(trainer_node(net, 3, 1, root), env);
-  ASSERT_TRUE(Launch::wait_all({&a, &b, &d}, 240s));
-  for (Launch* n : {&a, &b, &d}) EXPECT_EQ(n->exit_code(), 0) << n->all();
-  ASSERT_TRUE(c.wait(10s));
+  ASSERT_TRUE(Launch::wait_all({&a, &survivor, &d}, 240s));
+  for (Launch* n : {&a, &survivor, &d}) EXPECT_EQ(n->exit_code(), 0) << n->all();
+  ASSERT_TRUE(victim.wait(10s));
   EXPECT_NE(a.out().find("[0]:resumed at world size 4 (written at 3): sample "), std::string::npos) << a.all();
   EXPECT_NE(a.out().find("[0]:done: test accuracy"), std::string::npos) << a.all();
-  for (Launch* n : {&a, &b, &d}) {
+  for (Launch* n : {&a, &survivor, &d}) {
     EXPECT_NE(n->err().find("node 2 (host nodeD, pid " + std::to_string(d.pid()) +
                             ") joined; continuing with 3 nodes, 4 workers"),
               std::string::npos)
         << n->all();
   }
-  for (Launch* n : {&a, &b}) {
+  for (Launch* n : {&a, &survivor}) {
     EXPECT_NE(n->err().find("the job succeeded in round 2 with 3 nodes, 4 workers, after 2 membership changes:"),
               std::string::npos)
         << n->all();

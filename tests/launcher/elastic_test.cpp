@@ -23,7 +23,7 @@ std::vector<std::string> elastic_node(const NodeNetwork& net, int node, const st
                                      "--rdzv_endpoint=" + NodeNetwork::address(0) + ":29400", "--rdzv_id=elastic",
                                      "--max_restarts=" + std::to_string(max_restarts), "--grace_period=5",
                                      "--rdzv_conf=join_timeout=" + join_timeout +
-                                         ",last_call_timeout=" + last_call + ",keep_alive_interval=0.5,keep_alive_max_attempt=3"},
+                                         ",last_call_timeout=" + last_call + ",keep_alive_interval=0.5,keep_alive_max_attempt=6"},
                                     worker));
 }
 
@@ -73,6 +73,29 @@ TEST(Elastic, ANodeThatArrivesJoinsAtTheNextRoundWithoutARestart) {
   expect_contains(c.err(), {"round 1: node 2 of 3: ranks 2 to 2 of 3"}, c.all());
 }
 
+// Nodes B and C start together, so either may arrive first and become node 1. Once the first
+// round runs (every worker sleeping), which one is node `node_rank`, and its namespace's index.
+struct Arrival {
+  Launch* launch = nullptr;
+  int index = 0;     // in the NodeNetwork
+  std::string host;  // its host name
+};
+
+::testing::AssertionResult first_round_runs(Launch& a, Launch& b, Launch& c) {
+  for (Launch* n : {&a, &b, &c}) {
+    if (!n->wait_for(" sleeping")) {
+      return ::testing::AssertionFailure() << "A:\n" << a.all() << "\nB:\n" << b.all() << "\nC:\n" << c.all();
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+Arrival node_of(int node_rank, Launch& b, Launch& c) {
+  const std::string placed = "ddprun: node " + std::to_string(node_rank) + " of 3:";
+  if (b.err().find(placed) != std::string::npos) return {&b, 1, "nodeB"};
+  return {&c, 2, "nodeC"};
+}
+
 TEST(Elastic, ANodeKilledIsDroppedAndTheOthersGoOnWithOneRestart) {
   NodeNetwork net(3);
   REQUIRE_NETWORK(net);
@@ -81,29 +104,30 @@ TEST(Elastic, ANodeKilledIsDroppedAndTheOthersGoOnWithOneRestart) {
   ASSERT_TRUE(a.wait_for("hosting job")) << a.all();
   Launch b(elastic_node(net, 1, "2:3", 1, sleeper(dir)));
   Launch c(elastic_node(net, 2, "2:3", 1, sleeper(dir)));
-  for (auto [n, line] : {std::pair{&a, "[0]:rank 0 sleeping"}, {&b, "[1]:rank 1 sleeping"}, {&c, "[2]:rank 2 sleeping"}}) {
-    ASSERT_TRUE(n->wait_for(line)) << n->all();
-  }
-  const auto c_worker = pids_in(dir, "worker", 3);
-  ASSERT_EQ(c_worker.size(), 3u);
+  ASSERT_TRUE(first_round_runs(a, b, c));
+  const Arrival survivor = node_of(1, b, c), victim = node_of(2, b, c);
+  ASSERT_NE(survivor.launch, victim.launch) << b.all() << c.all();
+  const auto workers = pids_in(dir, "worker", 3);
+  ASSERT_EQ(workers.size(), 3u);
   const auto killed = Clock::now();
-  ::kill(c.pid(), SIGKILL);
-  const std::string lost = "node 2 (host nodeC, pid " + std::to_string(c.pid()) + ") lost: its ddprun vanished (";
+  const pid_t victim_pid = victim.launch->pid();
+  ::kill(victim_pid, SIGKILL);
+  const std::string node2 = "node 2 (host " + victim.host + ", pid " + std::to_string(victim_pid) + ")";
   ASSERT_TRUE(a.wait_for("; continuing with 2 nodes, 2 workers", 30s)) << a.all();
   EXPECT_LT(Clock::now() - killed, 15s) << "the survivors took too long to go on";
-  ASSERT_TRUE(Launch::wait_all({&a, &b}, 60s));
-  for (Launch* n : {&a, &b}) {
+  ASSERT_TRUE(Launch::wait_all({&a, survivor.launch}, 60s));
+  for (Launch* n : {&a, survivor.launch}) {
     EXPECT_EQ(n->exit_code(), 0) << n->all();
     expect_contains(n->err(), {"ddprun: the job failed on attempt 1 of 2 (--max_restarts=1); restarting every worker",
-                               "Root cause: the ddprun of node 2 (host nodeC, pid " + std::to_string(c.pid()) + ") vanished",
-                               lost, "its connection to the job's store closed without a goodbye",
+                               "Root cause: the ddprun of " + node2 + " vanished", node2 + " lost: its ddprun vanished (",
+                               "its connection to the job's store closed without a goodbye",
                                "ddprun: the job succeeded in round 1 with 2 nodes, 2 workers, after 1 membership change"},
                     n->all());
   }
   expect_contains(a.out(), {"[0]:sum=3 world=2 rank=0 local_rank=0 attempt=1"}, a.all());
-  expect_contains(b.out(), {"[1]:sum=3 world=2 rank=1 local_rank=0 attempt=1"}, b.all());
-  ASSERT_TRUE(c.wait(10s));
-  EXPECT_TRUE(all_gone({c_worker[2]})) << "the killed node's worker outlived it";
+  expect_contains(survivor.launch->out(), {"[1]:sum=3 world=2 rank=1 local_rank=0 attempt=1"}, survivor.launch->all());
+  ASSERT_TRUE(victim.launch->wait(10s));
+  EXPECT_TRUE(all_gone({workers[2]})) << "the killed node's worker outlived it";
 }
 
 TEST(Elastic, ANodeCutOffIsDroppedAfterItsMissedHeartbeats) {
@@ -114,23 +138,24 @@ TEST(Elastic, ANodeCutOffIsDroppedAfterItsMissedHeartbeats) {
   ASSERT_TRUE(a.wait_for("hosting job")) << a.all();
   Launch b(elastic_node(net, 1, "2:3", 1, sleeper(dir)));
   Launch c(elastic_node(net, 2, "2:3", 1, sleeper(dir)));
-  for (auto [n, line] : {std::pair{&a, "[0]:rank 0 sleeping"}, {&b, "[1]:rank 1 sleeping"}, {&c, "[2]:rank 2 sleeping"}}) {
-    ASSERT_TRUE(n->wait_for(line)) << n->all();
-  }
-  ASSERT_TRUE(net.set_link(2, false));
+  ASSERT_TRUE(first_round_runs(a, b, c));
+  const Arrival survivor = node_of(1, b, c), victim = node_of(2, b, c);
+  ASSERT_NE(survivor.launch, victim.launch) << b.all() << c.all();
+  ASSERT_TRUE(net.set_link(victim.index, false));
   ASSERT_TRUE(Launch::wait_all({&a, &b, &c}, 60s));
-  for (Launch* n : {&a, &b}) {
+  for (Launch* n : {&a, survivor.launch}) {
     EXPECT_EQ(n->exit_code(), 0) << n->all();
-    expect_contains(n->err(), {"node 2 (host nodeC, pid " + std::to_string(c.pid()) +
+    expect_contains(n->err(), {"node 2 (host " + victim.host + ", pid " + std::to_string(victim.launch->pid()) +
                                    ") lost: its ddprun went silent: no heartbeat for ",
-                               "(keep_alive_interval=500 ms x keep_alive_max_attempt=3); its machine froze or its "
+                               "(keep_alive_interval=500 ms x keep_alive_max_attempt=6); its machine froze or its "
                                "network is cut; continuing with 2 nodes, 2 workers"},
                     n->all());
   }
   // The node cut off cannot reach the store either: it stops its workers and says so.
-  EXPECT_EQ(c.exit_code(), 1) << c.all();
-  expect_contains(c.err(), {"Root cause: this node lost the job's store at 10.201.0.1:29400"}, c.all());
-  expect_contains(c.out(), {"[2]:rank 2 got SIGTERM"}, c.all());
+  Launch& cut = *victim.launch;
+  EXPECT_EQ(cut.exit_code(), 1) << cut.all();
+  expect_contains(cut.err(), {"Root cause: this node lost the job's store at 10.201.0.1:29400"}, cut.all());
+  expect_contains(cut.out(), {"[2]:rank 2 got SIGTERM"}, cut.all());
 }
 
 TEST(Elastic, BelowMinTheJobEndsNamingTheLostNodeAndWhen) {
