@@ -79,6 +79,13 @@ std::string describe_local(const std::vector<WorkerExit>& local, int node_rank, 
   return out;
 }
 
+std::string describe_history(const std::vector<std::string>& history) {
+  if (history.empty()) return "";
+  std::string out = cat("Membership changes (", history.size(), "):\n");
+  for (const auto& line : history) out += "  " + line + "\n";
+  return out;
+}
+
 }  // namespace
 
 std::string format_summary(const SummaryInput& in) {
@@ -102,6 +109,7 @@ std::string format_summary(const SummaryInput& in) {
     out += cat("Root cause: ", root.what, "\n");
   }
   out += describe_local(in.local, in.node_rank, in.host, &root);
+  out += describe_history(in.history);
   out += kRule + "\n";
   return out;
 }
@@ -122,6 +130,7 @@ std::string format_stop_report(const StopInput& in) {
                " (recorded by rank ", c.rank, ")\n");
     out += cat("To resume from it, run the same command again:\n  ", in.command, "\n");
   }
+  out += describe_history(in.history);
   out += kRule + "\n";
   return out;
 }
