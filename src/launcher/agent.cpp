@@ -14,6 +14,7 @@
 #include "checkpoint_record.h"
 #include "ddp/error.h"
 #include "elastic_rendezvous.h"
+#include "flight_report.h"
 #include "liveness.h"
 #include "rendezvous.h"
 #include "round_record.h"
@@ -398,14 +399,15 @@ class Agent {
           "OMP_NUM_THREADS is unset), to keep the machine from being overloaded; set it yourself to tune it");
     }
     omp_noted_ = true;
-    WorkerGroup group(worker_specs({.config = config_,
-                                    .command = command_,
-                                    .membership = membership_,
-                                    .round = attempt,
-                                    .port = port_,
-                                    .records = records_,
-                                    .terminal_width = terminal_width_}),
-                      signals_, guard_);
+    RoundWorkers workers = worker_specs({.config = config_,
+                                         .command = command_,
+                                         .membership = membership_,
+                                         .round = attempt,
+                                         .port = port_,
+                                         .records = records_,
+                                         .terminal_width = terminal_width_});
+    flight_dir_ = workers.flight_dir;
+    WorkerGroup group(std::move(workers.specs), signals_, guard_);
     int signal_received = 0;
     AttemptEnd end;
     {
@@ -539,7 +541,9 @@ class Agent {
     in.max_restarts = config_.max_restarts;
     in.restarting = restarting;
     for (const auto& change : history_) in.history.push_back(history_line(change));
-    write_fully(STDERR_FILENO, format_summary(in));
+    std::vector<int> ranks;
+    for (const WorkerExit& w : local) ranks.push_back(w.rank);
+    write_fully(STDERR_FILENO, format_summary(in) + format_flight_report(flight_dir_, ranks, membership_.world_size()));
   }
 
   const JobConfig& config_;
@@ -566,6 +570,7 @@ class Agent {
   bool store_gone_ = false;  // this node lost the store: leaving would wait for nothing
   std::shared_ptr<TCPStore> store_;
   std::unique_ptr<Heartbeat> heartbeat_;  // after store_: it beats on a clone of it
+  std::string flight_dir_;  // where this attempt's workers write their flight recorder dumps
 };
 
 }  // namespace

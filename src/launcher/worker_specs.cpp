@@ -4,6 +4,7 @@
 
 #include "blame.h"
 #include "environment.h"
+#include "flight_report.h"
 #include "util/strings.h"
 #include "worker_env.h"
 
@@ -23,8 +24,9 @@ std::string safe_name(std::string text) {
 
 }  // namespace
 
-std::vector<WorkerSpec> worker_specs(const RoundPlan& plan) {
-  std::vector<WorkerSpec> specs;
+RoundWorkers worker_specs(const RoundPlan& plan) {
+  RoundWorkers workers;
+  auto& specs = workers.specs;
   const auto parent = process_env();
   JobEnv job;
   job.master_addr = plan.config.master_addr;
@@ -52,6 +54,7 @@ std::vector<WorkerSpec> worker_specs(const RoundPlan& plan) {
     spec.path = plan.command.path;
     spec.argv = plan.command.argv;
     spec.env = worker_environment(place, job, parent);
+    workers.flight_dir = point_flight_dumps(spec.env, attempt_dir, parent);
     spec.output.rank = place.rank;
     if (!attempt_dir.empty()) spec.output.log_path = cat(attempt_dir, "/rank_", place.rank, ".log");
     bool shown = true;
@@ -72,7 +75,7 @@ std::vector<WorkerSpec> worker_specs(const RoundPlan& plan) {
     }
     specs.push_back(std::move(spec));
   }
-  return specs;
+  return workers;
 }
 
 }  // namespace ddp::launcher

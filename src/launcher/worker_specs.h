@@ -1,7 +1,9 @@
 // What each of this node's workers runs in a round: its environment (worker_env.h), where its
-// output goes (console, log file, a terminal for local rank 0) and what of it is kept.
+// output goes (console, log file, a terminal for local rank 0), what of it is kept, and where
+// their flight recorder dumps go.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "checkpoint_record.h"
@@ -22,6 +24,11 @@ struct RoundPlan {
   int terminal_width = 0;        // of ddprun's stdout when it is a terminal, else 0
 };
 
-std::vector<WorkerSpec> worker_specs(const RoundPlan& plan);
+struct RoundWorkers {
+  std::vector<WorkerSpec> specs;
+  std::string flight_dir;  // where their flight recorder dumps go (flight_report.h)
+};
+
+RoundWorkers worker_specs(const RoundPlan& plan);
 
 }  // namespace ddp::launcher
