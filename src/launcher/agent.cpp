@@ -160,6 +160,9 @@ class Agent {
     // heartbeat stops), the store records it and the coordinator ends the attempt.
     store_ = connect_store(connect_host_, port_, config_.run_id, kAgentRankBase + agent_, Clock::now() + 30s,
                            check_interrupt_);
+    // A store that answers no request for as long as a node may stay silent is gone (a cut
+    // network): this node must not spend a minute on each request before it stops its workers.
+    store_->set_timeout(std::max<std::chrono::milliseconds>(config_.silence_limit(), 10s));
     joining.reset();
     heartbeat_ = std::make_unique<Heartbeat>(store_->clone(), keys::beat(agent_), config_.keep_alive_interval,
                                              config_.silence_limit());
