@@ -5,6 +5,8 @@
 // ends, saying why, and nothing is left behind.
 #include <signal.h>
 
+#include <optional>
+
 #include "e2e.h"
 #include "support/netns.h"
 
@@ -96,17 +98,33 @@ Arrival node_of(int node_rank, Launch& b, Launch& c) {
   return {&c, 2, "nodeC"};
 }
 
+// Nodes A, B and C of a 2:3 job with one restart, B and C started together, once the first round
+// runs: `survivor` and `victim` are nodes 1 and 2.
+struct ThreeNodes {
+  std::optional<Launch> a, b, c;
+  Arrival survivor, victim;
+};
+
+::testing::AssertionResult start_three_nodes(ThreeNodes& n, const NodeNetwork& net, const TempDir& dir) {
+  n.a.emplace(elastic_node(net, 0, "2:3", 1, sleeper(dir)));
+  if (!n.a->wait_for("hosting job")) return ::testing::AssertionFailure() << n.a->all();
+  n.b.emplace(elastic_node(net, 1, "2:3", 1, sleeper(dir)));
+  n.c.emplace(elastic_node(net, 2, "2:3", 1, sleeper(dir)));
+  if (auto running = first_round_runs(*n.a, *n.b, *n.c); !running) return running;
+  n.survivor = node_of(1, *n.b, *n.c);
+  n.victim = node_of(2, *n.b, *n.c);
+  if (n.survivor.launch == n.victim.launch) return ::testing::AssertionFailure() << n.b->all() << n.c->all();
+  return ::testing::AssertionSuccess();
+}
+
 TEST(Elastic, ANodeKilledIsDroppedAndTheOthersGoOnWithOneRestart) {
   NodeNetwork net(3);
   REQUIRE_NETWORK(net);
   TempDir dir;
-  Launch a(elastic_node(net, 0, "2:3", 1, sleeper(dir)));
-  ASSERT_TRUE(a.wait_for("hosting job")) << a.all();
-  Launch b(elastic_node(net, 1, "2:3", 1, sleeper(dir)));
-  Launch c(elastic_node(net, 2, "2:3", 1, sleeper(dir)));
-  ASSERT_TRUE(first_round_runs(a, b, c));
-  const Arrival survivor = node_of(1, b, c), victim = node_of(2, b, c);
-  ASSERT_NE(survivor.launch, victim.launch) << b.all() << c.all();
+  ThreeNodes nodes;
+  ASSERT_TRUE(start_three_nodes(nodes, net, dir));
+  Launch& a = *nodes.a;
+  const Arrival survivor = nodes.survivor, victim = nodes.victim;
   const auto workers = pids_in(dir, "worker", 3);
   ASSERT_EQ(workers.size(), 3u);
   const auto killed = Clock::now();
@@ -134,13 +152,10 @@ TEST(Elastic, ANodeCutOffIsDroppedAfterItsMissedHeartbeats) {
   NodeNetwork net(3);
   REQUIRE_NETWORK(net);
   TempDir dir;
-  Launch a(elastic_node(net, 0, "2:3", 1, sleeper(dir)));
-  ASSERT_TRUE(a.wait_for("hosting job")) << a.all();
-  Launch b(elastic_node(net, 1, "2:3", 1, sleeper(dir)));
-  Launch c(elastic_node(net, 2, "2:3", 1, sleeper(dir)));
-  ASSERT_TRUE(first_round_runs(a, b, c));
-  const Arrival survivor = node_of(1, b, c), victim = node_of(2, b, c);
-  ASSERT_NE(survivor.launch, victim.launch) << b.all() << c.all();
+  ThreeNodes nodes;
+  ASSERT_TRUE(start_three_nodes(nodes, net, dir));
+  Launch &a = *nodes.a, &b = *nodes.b, &c = *nodes.c;
+  const Arrival survivor = nodes.survivor, victim = nodes.victim;
   ASSERT_TRUE(net.set_link(victim.index, false));
   ASSERT_TRUE(Launch::wait_all({&a, &b, &c}, 60s));
   for (Launch* n : {&a, survivor.launch}) {
