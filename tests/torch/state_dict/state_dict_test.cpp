@@ -222,7 +222,8 @@ TEST(StateDict, DamagedAndForeignFilesAreNamedWithTheirFault) {
   };
   // Truncated anywhere: the zip directory at the end is gone or points past the file.
   for (const std::size_t size : {pt.size() - 1, pt.size() / 2, std::size_t{100}, std::size_t{30}}) {
-    expect_fault("cut.pt", pt.substr(0, size), "a damaged or truncated zip archive (libzip: ");
+    expect_fault("cut.pt", pt.substr(0, size),
+                 "a damaged or truncated zip archive of " + std::to_string(size) + " bytes (libzip: ");
   }
   // One flipped byte in a tensor's data: the CRC-32 says so.
   auto flipped = pt;
