@@ -47,6 +47,7 @@ Flags parse_flags(const std::vector<std::string>& args) {
       {"--data-dir", [&](auto&, auto& v) { f.data_dir = v; }},
       {"--checkpoint-dir", [&](auto&, auto& v) { f.checkpoint_dir = v; }},
       {"--out-dir", [&](auto&, auto& v) { f.out_dir = v; }},
+      {"--init-from", [&](auto&, auto& v) { f.init_from = v; }},
       {"--seed", [&](auto& k, auto& v) { f.seed = static_cast<std::uint64_t>(to_int(k, v, 0)); }},
       {"--backend", [&](auto& k, auto& v) {
          if (v != "gloo" && v != "nccl") throw std::invalid_argument(k + " is gloo or nccl, not '" + v + "'");
@@ -98,7 +99,11 @@ std::string help_text(const std::string& program) {
          "  --data-dir DIR        Fashion-MNIST's gzip'd IDX files (default /usr/share/datasets/fashion-mnist,\n"
          "                        from Debian's dataset-fashion-mnist)\n"
          "  --checkpoint-dir DIR  checkpoints; the newest is resumed automatically (default ./checkpoints)\n"
-         "  --out-dir DIR         where metrics.csv and metrics.svg go (default: the checkpoint directory)\n"
+         "  --out-dir DIR         where metrics.csv, metrics.svg and the trained model (model.pt, model.safetensors)\n"
+         "                        go (default: the checkpoint directory)\n"
+         "  --init-from PATH      start from the weights in PATH: a state dict from Python (torch.save or\n"
+         "                        safetensors, for net.py's Net) or an earlier run's model.pt (a checkpoint to resume\n"
+         "                        comes first)\n"
          "  --resume              continue from the newest checkpoint (the default)\n"
          "  --no-resume           start afresh even if checkpoints exist\n"
          "  --seed N              seed of the model's initialization and the data order (default 0)\n"

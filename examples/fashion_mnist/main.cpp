@@ -1,7 +1,8 @@
 // Distributed training on Fashion-MNIST, step by step as PyTorch's DDP lesson teaches it:
 // join the process group, pin the device from LOCAL_RANK, wrap the model in
 // DistributedDataParallel, shard the data with DistributedSampler (set_epoch every epoch), let
-// backward all-reduce the gradients, save checkpoints on rank 0 and meet at a barrier.
+// backward all-reduce the gradients, save checkpoints on rank 0 and meet at a barrier; at the end,
+// the trained weights in PyTorch's format and as safetensors, for Python.
 //
 //   ddprun --nproc_per_node=2 build/examples/train_fashion_mnist --epochs 3
 #include <torch/torch.h>
@@ -146,6 +147,14 @@ int main(int argc, char** argv) {
     torch::manual_seed(flags.seed);
     Net net;
     net->to(device);
+    if (!flags.init_from.empty()) {  // weights from Python or an earlier run; strict: they must be this network's
+      const auto report = ddp::load_state_dict(net, flags.init_from);
+      if (leader) {
+        std::cout << "initialized from " << flags.init_from << " (" << report.format << ", " << report.loaded
+                  << " tensors)" << std::endl;
+        for (const auto& note : report.notes) std::cout << "  " << note << std::endl;
+      }
+    }
     ddp::DDPOptions ddp_options;
     if (device.is_cuda()) ddp_options.device_ids = {local_rank};
     ddp::DistributedDataParallel model(net, ddp_options);
@@ -372,6 +381,20 @@ int main(int argc, char** argv) {
                   "%s/metrics.svg\n",
                   100 * history.back().test_accuracy, history.back().epoch, total, flags.out_dir.c_str(),
                   flags.out_dir.c_str());
+    }
+    // 8. The trained weights, for Python's torch.load and for safetensors readers: rank 0 writes,
+    //    everyone waits (the lesson's "if rank == 0: torch.save(model.module.state_dict())", barrier).
+    const std::string model_pt = flags.out_dir + "/model.pt", model_safetensors = flags.out_dir + "/model.safetensors";
+    ddp::save_state_dict(model, model_pt);
+    ddp::save_state_dict(model, model_safetensors,
+                         {.format = ddp::WeightsFormat::SafeTensors,
+                          .metadata = {{"format", "pt"}, {"epochs", std::to_string(flags.epochs)}}});
+    if (leader) {
+      std::cout << "the model is in " << model_pt << " and " << model_safetensors << "; in Python:\n"
+                << "  import sys, torch; sys.path.insert(0, \"examples/fashion_mnist\"); from net import Net\n"
+                << "  model = Net(); model.load_state_dict(torch.load(\"" << model_pt << "\", weights_only=True))\n"
+                << "  # or: from safetensors.torch import load_file; model.load_state_dict(load_file(\""
+                << model_safetensors << "\"))" << std::endl;
     }
     ddp::destroy_process_group();
     return 0;

@@ -1,5 +1,5 @@
 // ddp's LibTorch front: tensor collectives, DistributedDataParallel and its communication hooks,
-// DistributedSampler, the datasets and checkpoints.
+// DistributedSampler, the datasets, checkpoints and weight files shared with Python.
 #pragma once
 
 #include "ddp/torch/checkpoint.h"
@@ -10,3 +10,4 @@
 #include "ddp/torch/distributed_data_parallel.h"
 #include "ddp/torch/distributed_sampler.h"
 #include "ddp/torch/future.h"
+#include "ddp/torch/state_dict.h"
