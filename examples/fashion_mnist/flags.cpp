@@ -58,6 +58,7 @@ Flags parse_flags(const std::vector<std::string>& args) {
       {"--limit-test", [&](auto& k, auto& v) { f.limit_test = to_int(k, v, 0); }},
       {"--stop-after", [&](auto& k, auto& v) { f.stop_after = to_int(k, v, 1); }},
       {"--timeout", [&](auto& k, auto& v) { f.timeout = to_double(k, v); }},
+      {"--sample-log", [&](auto&, auto& v) { f.sample_log = v; }},
   };
   for (std::size_t i = 0; i < args.size(); ++i) {
     std::string key = args[i], value;
@@ -113,5 +114,8 @@ std::string help_text(const std::string& program) {
          "  --stop-after N        stop after N optimizer steps, with a checkpoint (to try resuming)\n"
          "  --timeout SECONDS     how long a collective may wait for the other ranks before the job fails\n"
          "                        with an explanation (default 1800, as PyTorch's 30 minutes)\n"
+         "  --sample-log DIR      each rank appends the ids of the samples it trains on to\n"
+         "                        DIR/round-<TORCHELASTIC_RESTART_COUNT>-rank-<RANK>.ids, a line per batch:\n"
+         "                        \"EPOCH STEP: ID ID ...\" (0-based epoch, the optimizer step it is part of)\n"
          "  --help                this text\n";
 }

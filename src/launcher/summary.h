@@ -22,6 +22,7 @@ struct SummaryInput {
   int attempt = 0;  // 0-based (TORCHELASTIC_RESTART_COUNT)
   int max_restarts = 0;
   bool restarting = false;  // another attempt follows
+  std::vector<std::string> history;  // an elastic job's membership changes so far, a line each
 };
 
 // A block of lines, framed by rules, ending in '\n'.
@@ -36,6 +37,7 @@ struct StopInput {
   std::chrono::milliseconds grace_period{0};
   std::optional<CheckpointRecord> checkpoint;  // the newest one this node's workers recorded
   std::string command;                         // ddprun's command line, to run again
+  std::vector<std::string> history;            // an elastic job's membership changes so far
 };
 
 // A block of lines, framed by rules, ending in '\n'.

@@ -11,6 +11,7 @@
 
 #include "ddp/torch/checkpoint.h"
 #include "final_model.h"
+#include "sample_log.h"
 #include "support/multiprocess.h"
 
 namespace ddp {
@@ -18,6 +19,9 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
+using test::read_sample_log;
+using test::SampleLogLine;
+using test::samples_per_epoch;
 
 struct TrainRun {
   int exit_code;
@@ -44,7 +48,8 @@ class FashionMnist : public ::testing::Test {
     return {result.signal ? 128 + result.signal : result.exit_code, result.output};
   }
 
-  std::vector<std::string> lines(const fs::path& file) {
+  std::vector<std::string> lines(const fs::path& file) { return lines_of(file); }
+  static std::vector<std::string> lines_of(const fs::path& file) {
     std::ifstream in(file);
     std::vector<std::string> out;
     for (std::string line; std::getline(in, line);) out.push_back(line);
@@ -130,6 +135,41 @@ TEST_F(FashionMnist, LearnsStopsResumesExactlyAndPassesOverADamagedCheckpoint) {
   EXPECT_NE(third.output.find("checkpoint \"" + files[0] + "\" cannot be used (truncated"), std::string::npos)
       << third.output;
   EXPECT_NE(third.output.find("resumed from " + files[1]), std::string::npos) << third.output;
+}
+
+TEST_F(FashionMnist, ResumesAtAnotherWorldSizeAndTrainsOnEverySampleOnce) {
+  // 2 ranks stop after 5 of epoch 1's 8 steps (640 samples); 3 ranks take the other 384.
+  const auto ids2 = root_ / "ids-at-2", ids3 = root_ / "ids-at-3";
+  fs::create_directories(ids2);
+  fs::create_directories(ids3);
+  auto first = train("resized", {"--stop-after", "5", "--sample-log", ids2.string()}, 2);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  auto second = train("resized", {"--sample-log", ids3.string()}, 3);
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_NE(second.output.find("[0]:resumed at world size 3 (written at 2): sample 640 of 1,024 of epoch 1"),
+            std::string::npos)
+      << second.output;
+  EXPECT_NE(second.output.find("sampler position 0 of 128"), std::string::npos) << second.output;
+  std::vector<SampleLogLine> lines = read_sample_log(ids2);
+  for (auto& line : read_sample_log(ids3)) {
+    line.round = 1;  // the second run resumed the first
+    lines.push_back(std::move(line));
+  }
+  const auto seen = samples_per_epoch(lines);
+  ASSERT_EQ(seen.count(0), 1u);
+  const auto& epoch = seen.at(0);
+  EXPECT_EQ(epoch.size(), 1024u) << "a sample of the interrupted epoch was never trained on";
+  for (const auto& [id, times] : epoch) {
+    EXPECT_GE(id, 0);
+    EXPECT_LT(id, 1024);
+    EXPECT_EQ(times, 1) << "sample " << id << " trained on " << times << " times in the interrupted epoch";
+  }
+  // The next epoch, at 3 ranks from its start: 342 each, the last 2 of them the padding.
+  long total = 0;
+  for (const auto& [id, times] : seen.at(1)) total += times;
+  EXPECT_EQ(seen.at(1).size(), 1024u);
+  EXPECT_EQ(total, 1026);
+  EXPECT_EQ(lines_of(root_ / "resized" / "metrics.csv").size(), 3u) << second.output;
 }
 
 TEST_F(FashionMnist, GradientAccumulationAndBadInput) {
