@@ -12,6 +12,7 @@
 
 #include "ddp/error.h"
 #include "ddp/torch/amp.h"
+#include "reopened_archive.h"
 #include "support/expect_error.h"
 
 namespace ddp::test {
@@ -176,12 +177,7 @@ TEST(GradScaler, StateRoundTripsThroughAnArchiveWithPythonsKeys) {
   }
   torch::serialize::OutputArchive out;
   scaler.save(out);
-  std::ostringstream bytes;
-  out.save_to(bytes);
-  const std::string saved = bytes.str();
-
-  torch::serialize::InputArchive in;
-  in.load_from(saved.data(), saved.size());
+  auto in = reopened(out);
   for (const char* key : {"scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker"}) {
     c10::IValue value;
     EXPECT_TRUE(in.try_read(key, value)) << key;
@@ -203,11 +199,7 @@ TEST(GradScaler, StateRoundTripsThroughAnArchiveWithPythonsKeys) {
   EXPECT_EQ(disabled.get_scale(), 1.0);
 
   torch::serialize::OutputArchive empty_out;
-  std::ostringstream empty_bytes;
-  empty_out.save_to(empty_bytes);
-  torch::serialize::InputArchive empty;
-  const std::string e = empty_bytes.str();
-  empty.load_from(e.data(), e.size());
+  auto empty = reopened(empty_out);
   expect_error<Error>([&] { GradScaler().load(empty); }, {"GradScaler::load", "no 'scale'", "disabled GradScaler"});
 }
 

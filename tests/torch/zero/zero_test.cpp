@@ -13,6 +13,7 @@
 
 #include "ddp/ddp.h"
 #include "ddp/models.h"
+#include "reopened_archive.h"
 #include "support/expect_error.h"
 #include "support/multiprocess.h"
 
@@ -276,11 +277,7 @@ TEST(ZeroRedundancyOptimizer, MisuseIsRefusedWithAMessage) {
   Adam other({g, torch::ones({5}, torch::requires_grad())}, AdamOptions(0.1));
   torch::serialize::OutputArchive out;
   other.save(out);
-  std::ostringstream bytes;
-  out.save_to(bytes);
-  const std::string saved = bytes.str();
-  torch::serialize::InputArchive in;
-  in.load_from(saved.data(), saved.size());
+  auto in = reopened(out);
   expect_error<MismatchError>([&] { zero.load(in); },
                               {"ZeroRedundancyOptimizer::load on rank 0", "does not fit this optimizer", "1 parameter group(s) of 1 parameters"});
 }
