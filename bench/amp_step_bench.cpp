@@ -2,7 +2,7 @@
 // autocast around forward and loss), timed on one rank of a ddp job: forward, backward with
 // DDP's all-reduce, SGD with momentum. The two kinds of step alternate in blocks of --steps, for
 // --rounds rounds, so that drift in the machine's speed affects both alike; rank 0 prints
-// "<median fp32 ms> <median bf16 ms>". run_amp_step.py runs it at several world sizes.
+// "<median fp32 ms> <median bf16 ms>". run_amp_zero.py runs it at several world sizes.
 //   amp_step_bench [--steps N] [--rounds R] [--batch B] [--threads T]
 #include <torch/torch.h>
 
