@@ -75,6 +75,8 @@ Flags parse_flags(const std::vector<std::string>& args) {
       f.resume = true;
     } else if (key == "--no-resume") {
       f.resume = false;
+    } else if (key == "--amp") {
+      f.amp = true;
     } else if (auto it = with_value.find(key); it != with_value.end()) {
       if (!inline_value) {
         if (i + 1 >= args.size()) throw std::invalid_argument(key + " needs a value");
@@ -106,6 +108,8 @@ std::string help_text(const std::string& program) {
          "                        comes first)\n"
          "  --resume              continue from the newest checkpoint (the default)\n"
          "  --no-resume           start afresh even if checkpoints exist\n"
+         "  --amp                 mixed precision: bfloat16 autocast on the CPU; float16 autocast with a GradScaler\n"
+         "                        on CUDA (default: float32)\n"
          "  --seed N              seed of the model's initialization and the data order (default 0)\n"
          "  --backend NAME        gloo or nccl (default: nccl when CUDA is available, else gloo)\n"
          "  --checkpoint-every N  optimizer steps between checkpoints; one is also written every epoch (default 200)\n"

@@ -17,6 +17,7 @@ struct Flags {
   std::string backend;           // "", "gloo" or "nccl"
   bool resume = true;            // continue from the newest checkpoint in checkpoint_dir
   std::string init_from;         // start from this state dict (PyTorch's format or safetensors)
+  bool amp = false;              // mixed precision: bf16 autocast on the CPU, fp16 autocast and GradScaler on CUDA
   int checkpoint_every = 200;    // optimizer steps between checkpoints (and at every epoch end)
   int log_every = 20;            // optimizer steps between loss reductions (and progress updates)
   std::int64_t limit_train = 0;  // use only the first N training images (0: all)

@@ -160,6 +160,9 @@ int main(int argc, char** argv) {
     ddp::DistributedDataParallel model(net, ddp_options);
     torch::optim::SGD optimizer(model->parameters(),
                                 torch::optim::SGDOptions(flags.lr).momentum(0.9).weight_decay(5e-4));
+    // --amp: the forward in bfloat16 on the CPU (float32's range: no loss scaling needed), in
+    // float16 on CUDA with a GradScaler, so that small gradients do not underflow.
+    ddp::amp::GradScaler scaler({.enabled = flags.amp && device.is_cuda()});
 
     // 4. Each rank reads its own shard; together they cover the training set once per epoch.
     ddp::DistributedSampler sampler(static_cast<std::size_t>(train_size), {.seed = flags.seed});
@@ -203,6 +206,11 @@ int main(int argc, char** argv) {
         }
         net->load(m);
         optimizer.load(o);
+        torch::serialize::InputArchive scaler_archive;
+        c10::IValue scale;
+        if (archive.try_read("scaler", scaler_archive) && scaler_archive.try_read("scale", scale)) {
+          scaler.load(scaler_archive);  // a float32 or CPU run's checkpoint has no scale: start afresh
+        }
         archive.read("epoch", v);
         start_epoch = static_cast<int>(v.toInt());
         archive.read("step", v);
@@ -243,13 +251,15 @@ int main(int argc, char** argv) {
     auto save_checkpoint = [&](int epoch, double epoch_seconds) {
       const auto all_loss_sums = gather_loss_sums(loss_sums, world);
       checkpoints.save(step, [&](torch::serialize::OutputArchive& archive) {
-        torch::serialize::OutputArchive m, o, s;
+        torch::serialize::OutputArchive m, o, s, sc;
         net->save(m);
         optimizer.save(o);
         sampler.save(s);
+        scaler.save(sc);
         archive.write("model", m);
         archive.write("optimizer", o);
         archive.write("sampler", s);
+        archive.write("scaler", sc);
         archive.write("epoch", c10::IValue(static_cast<std::int64_t>(epoch)));
         archive.write("step", c10::IValue(step));
         archive.write("batches_done", c10::IValue(batches_done));
@@ -268,6 +278,7 @@ int main(int argc, char** argv) {
                 << ", " << device << "), " << train_size << " training and " << test_size << " test images, "
                 << flags.epochs << " epochs of " << steps_per_epoch << " steps, batch " << flags.batch_size
                 << " per rank" << (flags.accum > 1 ? " x " + std::to_string(flags.accum) + " micro-batches" : "")
+                << (flags.amp ? (device.is_cuda() ? ", float16 autocast with a GradScaler" : ", bfloat16 autocast") : "")
                 << std::endl;
     }
     Progress progress(leader, flags.epochs, steps_per_epoch,
@@ -305,8 +316,13 @@ int main(int argc, char** argv) {
         auto x = batch.data.to(device), y = batch.target.to(device);
         // 6. backward all-reduces the gradients, except inside no_sync (gradient accumulation).
         auto step_loss = [&] {
-          auto loss = torch::cross_entropy_loss(model->forward(x), y);
-          (loss / static_cast<double>(group)).backward();
+          at::Tensor loss;
+          {
+            ddp::amp::Autocast autocast(device.type(), {.dtype = device.is_cuda() ? torch::kHalf : torch::kBFloat16,
+                                                        .enabled = flags.amp});
+            loss = torch::cross_entropy_loss(model->forward(x), y);
+          }
+          scaler.scale(loss / static_cast<double>(group)).backward();
           return loss.item<double>();
         };
         double loss_value;
@@ -319,7 +335,8 @@ int main(int argc, char** argv) {
         ++batches_done;
         loss_sums.add(loss_value);
         if (!last_micro) continue;
-        optimizer.step();
+        scaler.step(optimizer);  // skipped when a gradient is inf or NaN (GradScaler on CUDA)
+        scaler.update();
         optimizer.zero_grad();
         ++step;
         set_lr(optimizer, learning_rate(flags, samples_done(), total_samples));

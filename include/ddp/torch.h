@@ -1,7 +1,9 @@
 // ddp's LibTorch front: tensor collectives, DistributedDataParallel and its communication hooks,
-// DistributedSampler, the datasets, checkpoints and weight files shared with Python.
+// DistributedSampler, the datasets, checkpoints, weight files shared with Python, mixed precision
+// (Autocast, GradScaler) and ZeroRedundancyOptimizer.
 #pragma once
 
+#include "ddp/torch/amp.h"
 #include "ddp/torch/checkpoint.h"
 #include "ddp/torch/collectives.h"
 #include "ddp/torch/comm_hooks.h"
@@ -11,3 +13,4 @@
 #include "ddp/torch/distributed_sampler.h"
 #include "ddp/torch/future.h"
 #include "ddp/torch/state_dict.h"
+#include "ddp/torch/zero_redundancy_optimizer.h"

@@ -172,6 +172,36 @@ TEST_F(FashionMnist, ResumesAtAnotherWorldSizeAndTrainsOnEverySampleOnce) {
   EXPECT_EQ(lines_of(root_ / "resized" / "metrics.csv").size(), 3u) << second.output;
 }
 
+// --amp on the CPU: the forward and the loss run under bfloat16 autocast. The run learns about as
+// the float32 one does but is not bit-identical to it (the autocast took effect), and it resumes
+// from a float32 run's checkpoint (which holds no GradScaler state: the CPU uses none).
+TEST_F(FashionMnist, AmpTrainsUnderBfloat16AutocastAndResumesAFloat32Checkpoint) {
+  auto fp32 = train("fp32", {"--epochs", "1"});
+  ASSERT_EQ(fp32.exit_code, 0) << fp32.output;
+  auto amp = train("amp", {"--epochs", "1", "--amp"});
+  ASSERT_EQ(amp.exit_code, 0) << amp.output;
+  EXPECT_NE(amp.output.find("1 epochs of 8 steps, batch 64 per rank, bfloat16 autocast"), std::string::npos)
+      << amp.output;
+  const auto fp32_csv = lines(root_ / "fp32" / "metrics.csv"), amp_csv = lines(root_ / "amp" / "metrics.csv");
+  ASSERT_EQ(fp32_csv.size(), 2u) << fp32.output;
+  ASSERT_EQ(amp_csv.size(), 2u) << amp.output;
+  const double fp32_loss = std::stod(columns(fp32_csv[1])[1]), amp_loss = std::stod(columns(amp_csv[1])[1]);
+  EXPECT_NEAR(amp_loss, fp32_loss, 0.05 * fp32_loss) << fp32_csv[1] << "\n" << amp_csv[1];
+  auto a = final_model("fp32"), b = final_model("amp");
+  ASSERT_EQ(a.size(), b.size());
+  bool differs = false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(at::isfinite(b[i]).all().item<bool>()) << "tensor " << i;
+    differs = differs || !at::equal(a[i], b[i]);
+  }
+  EXPECT_TRUE(differs) << "--amp trained exactly as float32: autocast had no effect";
+
+  auto resumed = train("fp32", {"--epochs", "2", "--amp"});
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from"), std::string::npos) << resumed.output;
+  EXPECT_NE(resumed.output.find("[0]:epoch 2/2: train loss"), std::string::npos) << resumed.output;
+}
+
 TEST_F(FashionMnist, GradientAccumulationAndBadInput) {
   auto accum = train("accum", {"--accum", "2", "--epochs", "1"});
   ASSERT_EQ(accum.exit_code, 0) << accum.output;
