@@ -366,6 +366,8 @@ int main(int argc, char** argv) {
         if (step % flags.checkpoint_every == 0 && batches_done < batches_in_pass) save_checkpoint(epoch, epoch_seconds());
       }
       progress.finish_line();
+      // Which rank held the others back this epoch, and where its time went (a collective).
+      const std::string straggler = model->straggler_report().text;
       auto losses = sum_over_ranks({loss_sums.epoch_sum, loss_sums.epoch_count});  // the last step closed the window
       auto result = evaluate(model, test, test_size, device);
       const double seconds = epoch_seconds();
@@ -381,6 +383,7 @@ int main(int argc, char** argv) {
         const auto& m = history.back();
         std::printf("epoch %d/%d: train loss %.4f, test loss %.4f, test accuracy %.2f%%, %.1f s\n", m.epoch,
                     flags.epochs, m.train_loss, m.test_loss, 100 * m.test_accuracy, m.seconds);
+        std::printf("  %s\n", straggler.c_str());
         std::fflush(stdout);
         write_text(flags.out_dir + "/metrics.csv", to_csv(history));
         write_text(flags.out_dir + "/metrics.svg", render_svg(history));

@@ -271,6 +271,9 @@ class Agent {
 
   // The job is over: the success report of an elastic job that changed, leaving in order.
   int finish_job(int exit_code) {
+    if (const std::string straggler = records_.last_straggler_report(); exit_code == 0 && !straggler.empty()) {
+      write_fully(STDERR_FILENO, cat("ddprun: the job succeeded; its last straggler report: ", straggler, "\n"));
+    }
     if (exit_code == 0 && !history_.empty()) {
       std::string text = cat("ddprun: the job succeeded in round ", round_, " with ", membership_.nnodes, " node",
                              membership_.nnodes == 1 ? "" : "s", ", ", membership_.world_size(), " workers, after ",
@@ -530,6 +533,7 @@ class Agent {
     in.checkpoint = records_.latest(ranks, problems);
     for (const auto& problem : problems) say("note: " + problem);
     in.command = config_.command_line;
+    in.straggler = records_.last_straggler_report();
     for (const auto& change : history_) in.history.push_back(history_line(change));
     write_fully(STDERR_FILENO, format_stop_report(in));
   }
@@ -543,6 +547,7 @@ class Agent {
     in.attempt = restarts_used_;
     in.max_restarts = config_.max_restarts;
     in.restarting = restarting;
+    in.straggler = records_.last_straggler_report();
     for (const auto& change : history_) in.history.push_back(history_line(change));
     std::vector<int> ranks;
     for (const WorkerExit& w : local) ranks.push_back(w.rank);

@@ -88,6 +88,10 @@ std::string describe_history(const std::vector<std::string>& history) {
 
 }  // namespace
 
+std::string describe_straggler(const std::string& report) {
+  return report.empty() ? "" : cat("Last straggler report: ", report, "\n");
+}
+
 std::string format_summary(const SummaryInput& in) {
   const AttemptEnd& root = in.root;
   std::string out = kRule + "\n";
@@ -110,6 +114,7 @@ std::string format_summary(const SummaryInput& in) {
   }
   out += describe_local(in.local, in.node_rank, in.host, &root);
   out += describe_history(in.history);
+  out += describe_straggler(in.straggler);
   out += kRule + "\n";
   return out;
 }
@@ -131,6 +136,7 @@ std::string format_stop_report(const StopInput& in) {
     out += cat("To resume from it, run the same command again:\n  ", in.command, "\n");
   }
   out += describe_history(in.history);
+  out += describe_straggler(in.straggler);
   out += kRule + "\n";
   return out;
 }

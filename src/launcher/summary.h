@@ -23,6 +23,7 @@ struct SummaryInput {
   int max_restarts = 0;
   bool restarting = false;  // another attempt follows
   std::vector<std::string> history;  // an elastic job's membership changes so far, a line each
+  std::string straggler;             // the job's last straggler report (rank 0's), if any
 };
 
 // A block of lines, framed by rules, ending in '\n'.
@@ -38,9 +39,13 @@ struct StopInput {
   std::optional<CheckpointRecord> checkpoint;  // the newest one this node's workers recorded
   std::string command;                         // ddprun's command line, to run again
   std::vector<std::string> history;            // an elastic job's membership changes so far
+  std::string straggler;                       // the job's last straggler report (rank 0's), if any
 };
 
 // A block of lines, framed by rules, ending in '\n'.
 std::string format_stop_report(const StopInput& input);
+
+// "Last straggler report: <report>\n", or nothing for an empty one.
+std::string describe_straggler(const std::string& report);
 
 }  // namespace ddp::launcher

@@ -47,6 +47,7 @@ RoundWorkers worker_specs(const RoundPlan& plan) {
     place.restart_count = plan.round;
     if (!attempt_dir.empty()) job.error_file = cat(attempt_dir, "/rank_", place.rank, ".error.json");
     job.checkpoint_record = plan.records.path_for(place.rank);
+    job.straggler_report = plan.records.straggler_path();
     WorkerSpec spec;
     spec.rank = place.rank;
     spec.local_rank = local;

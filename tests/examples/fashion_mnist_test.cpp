@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 
 #include "ddp/torch/checkpoint.h"
@@ -80,6 +81,11 @@ TEST_F(FashionMnist, LearnsStopsResumesExactlyAndPassesOverADamagedCheckpoint) {
             std::string::npos) << whole.output;
   EXPECT_NE(whole.output.find("[0]:epoch 2/2: train loss"), std::string::npos) << whole.output;
   EXPECT_EQ(whole.output.find("[1]:epoch"), std::string::npos) << "only rank 0 reports:\n" << whole.output;
+  // Each epoch's straggler report (which rank, if any, held the others back).
+  EXPECT_TRUE(std::regex_search(whole.output, std::regex(R"(\[0\]:  (no straggler over \d+ steps|rank \d \(host .*\) is the straggler))")))
+      << whole.output;
+  EXPECT_NE(whole.output.find("ddprun: the job succeeded; its last straggler report: "), std::string::npos)
+      << whole.output;
   auto csv = lines(root_ / "whole" / "metrics.csv");
   ASSERT_EQ(csv.size(), 3u) << whole.output;
   EXPECT_EQ(csv[0], "epoch,train_loss,test_loss,test_accuracy,lr,seconds,samples_per_second");

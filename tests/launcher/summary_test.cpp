@@ -153,6 +153,18 @@ TEST(Summary, WithoutLogDirItSaysHowToKeepLogs) {
   EXPECT_EQ(text.find("restarting"), std::string::npos) << text;
 }
 
+TEST(Summary, TheSummaryAndTheStopReportEndWithTheLastStragglerReport) {
+  AttemptEnd root;
+  root.kind = AttemptEnd::Kind::AgentLost;
+  root.what = "the ddprun of node 3 vanished";
+  const std::string line = "rank 1 (host h) is the straggler: its step takes 2.00x the median rank's";
+  std::string text = format_summary({.root = root, .straggler = line});
+  EXPECT_NE(text.find("Last straggler report: " + line + "\n"), std::string::npos) << text;
+  EXPECT_EQ(format_summary({.root = root}).find("straggler"), std::string::npos);
+  text = format_stop_report({.signal = SIGINT, .what = "ddprun received SIGINT", .straggler = line});
+  EXPECT_NE(text.find("Last straggler report: " + line + "\n"), std::string::npos) << text;
+}
+
 TEST(Summary, OtherRootCausesAreASentence) {
   AttemptEnd root;
   root.kind = AttemptEnd::Kind::AgentLost;
