@@ -6,9 +6,9 @@
 // gradient), waiting for the buckets, and outside DDP (from the end of one backward to the next
 // forward: data loading, the optimizer), and calls a rank's step without the wait its *own*
 // time. The straggler is the rank whose own time is the largest; the report says how much larger
-// than the median rank's it is and in which part it loses the most against the median:
+// than the other ranks' median it is and in which part it loses the most against them:
 //
-//   rank 3 (host h2) is the straggler: its step takes 1.41x the median rank's, 62% of it outside
+//   rank 3 (host h2) is the straggler: its step takes 1.41x the other ranks' median, 62% of it outside
 //   DDP (data loading, the optimizer?)
 //
 // DistributedDataParallel::straggler_report() (ddp/torch/distributed_data_parallel.h) makes one
@@ -39,7 +39,7 @@ struct StragglerReport {
   std::vector<RankStepTimes> ranks;  // by rank
   std::int64_t steps = 0;            // the fewest steps any rank timed (the same on every rank in a synchronous job)
   int straggler = -1;                // the rank with the largest own time per step; -1 without steps
-  double ratio = 0;                  // its own time over the median rank's
+  double ratio = 0;                  // its own time over the other ranks' median
   std::string part;                  // where it loses the most: "forward", "backward" or "outside DDP"
   double part_share = 0;             // that part's share of its own time
   // A line, e.g. the one at the top of this file; below 1.1x it says the ranks are even.

@@ -59,20 +59,27 @@ StragglerReport make_straggler_report(std::vector<RankStepTimes> ranks) {
   }
   report.steps = (*std::min_element(timed.begin(), timed.end(),
                                     [](auto* a, auto* b) { return a->steps < b->steps; }))->steps;
-  std::vector<double> own;
-  for (const auto* r : timed) own.push_back(r->own_per_step());
-  const double typical = median(own);
   const RankStepTimes& slow = **std::max_element(
       timed.begin(), timed.end(), [](auto* a, auto* b) { return a->own_per_step() < b->own_per_step(); });
   report.straggler = slow.rank;
+  // Against the other ranks' median: with two ranks, the other rank (the median of both would
+  // be their mean, which no rank can be twice as slow as).
+  std::vector<const RankStepTimes*> others;
+  for (const auto* r : timed) {
+    if (r != &slow) others.push_back(r);
+  }
+  if (others.empty()) others.push_back(&slow);
+  std::vector<double> own;
+  for (const auto* r : others) own.push_back(r->own_per_step());
+  const double typical = median(own);
   report.ratio = typical > 0 ? slow.own_per_step() / typical : 1;
 
-  // The part in which the straggler exceeds the median rank the most.
+  // The part in which the straggler exceeds the other ranks' median the most.
   const Part* worst = &kParts.back();
   double worst_excess = -1;
   for (const Part& part : kParts) {
     std::vector<double> values;
-    for (const auto* r : timed) values.push_back(per_step(*r, part.seconds));
+    for (const auto* r : others) values.push_back(per_step(*r, part.seconds));
     const double excess = per_step(slow, part.seconds) - median(values);
     if (excess > worst_excess) {
       worst_excess = excess;
@@ -85,10 +92,10 @@ StragglerReport make_straggler_report(std::vector<RankStepTimes> ranks) {
   const std::string ms = fixed("%.1f ms", 1e3 * slow.own_per_step());
   if (timed.size() < 2 || report.ratio < 1.1) {
     report.text = detail::cat("no straggler over ", report.steps, " steps: the slowest rank, ", who(slow), ", takes ",
-                              fixed("%.2fx", report.ratio), " the median rank's time per step (", ms, " without waiting)");
+                              fixed("%.2fx", report.ratio), " the other ranks' median time per step (", ms, " without waiting)");
   } else {
     report.text = detail::cat(who(slow), " is the straggler: its step takes ", fixed("%.2fx", report.ratio),
-                              " the median rank's (", ms, " without waiting, over ", report.steps, " steps), ",
+                              " the other ranks' median (", ms, " without waiting, over ", report.steps, " steps), ",
                               fixed("%.0f%%", 100 * report.part_share), " of it ", worst->name, worst->hint);
   }
   return report;

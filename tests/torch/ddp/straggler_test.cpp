@@ -32,7 +32,7 @@ TEST(StragglerReport, NamesTheSlowestRankHowMuchSlowerAndThePartItLosesIn) {
   EXPECT_EQ(report.part, "outside DDP");
   EXPECT_NEAR(report.part_share, 0.5, 1e-9);
   EXPECT_EQ(report.text,
-            "rank 3 (host h1) is the straggler: its step takes 1.71x the median rank's (120.0 ms without waiting, over "
+            "rank 3 (host h1) is the straggler: its step takes 1.71x the other ranks' median (120.0 ms without waiting, over "
             "10 steps), 50% of it outside DDP (data loading, the optimizer?)");
 }
 
@@ -61,7 +61,7 @@ TEST(StragglerReport, DdpFindsTheRankThatSleepsInItsDataLoading) {
   const std::string record = "/tmp/ddp-straggler-" + std::to_string(::getpid()) + ".txt";
   run_ranks(
       2,
-      [record](int rank, int) {
+      [](int rank, int) {
         torch::set_num_threads(1);
         init_process_group("gloo", {.timeout = 60s});
         {
@@ -80,7 +80,7 @@ TEST(StragglerReport, DdpFindsTheRankThatSleepsInItsDataLoading) {
           EXPECT_EQ(report.steps, 6);
           EXPECT_EQ(report.straggler, 1) << report.text;
           EXPECT_EQ(report.part, "outside DDP") << report.text;
-          EXPECT_GT(report.ratio, 2) << report.text;
+          EXPECT_GT(report.ratio, 5) << report.text;
           EXPECT_GT(report.ranks[0].bucket_wait, 6 * 0.02) << "rank 0 waits for rank 1 in the all-reduce";
           EXPECT_EQ(report.text.rfind("rank 1 (host ", 0), 0) << report.text;
           // Every rank gets the same report; rank 0 leaves it for the launcher.
@@ -90,7 +90,7 @@ TEST(StragglerReport, DdpFindsTheRankThatSleepsInItsDataLoading) {
           all_reduce(min, ReduceOp::MIN);
           EXPECT_EQ(max.item<double>(), min.item<double>());
           if (rank == 0) {
-            std::ifstream in(record);
+            std::ifstream in(std::getenv("DDP_STRAGGLER_REPORT"));  // the parent's path (a rank has its own pid)
             std::stringstream text;
             text << in.rdbuf();
             EXPECT_EQ(text.str(), report.text + "\n");
