@@ -5,19 +5,19 @@
 #include <ATen/ATen.h>
 #include <torch/cuda.h>
 
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <unordered_set>
 
 #include "ddp/distributed.h"
 #include "ddp/error.h"
+#include "ddp/torch/checkpoint.h"
 #include "ddp/torch/distributed_data_parallel.h"
 #include "net/socket.h"
 #include "reducer/model_sync.h"
 #include "reducer/reducer.h"
 #include "reducer/timeline.h"
+#include "util/log.h"
 #include "util/strings.h"
 
 namespace ddp::detail {
@@ -77,17 +77,15 @@ void check_devices(const ModuleState& state, const DDPOptions& options) {
 }
 
 // Under ddprun, DDP_STRAGGLER_REPORT names the file where the launcher finds the last report for
-// its summary: replaced whole (written beside, then renamed), so that it never reads half of one.
+// its summary. Not being able to write it costs only that line, so it is logged, not thrown.
 void tell_launcher(const std::string& text) {
   const char* path = std::getenv("DDP_STRAGGLER_REPORT");
   if (!path || !*path) return;
-  const std::string temp = cat(path, ".tmp");
-  {
-    std::ofstream out(temp, std::ios::trunc);
-    out << text << "\n";
-    if (!out.flush()) return;  // the launcher then shows the previous one: not worth failing training for
+  try {
+    write_file_atomically(path, text + "\n");
+  } catch (const std::exception& e) {
+    log(LogLevel::Warn, "cannot write the straggler report for the launcher (DDP_STRAGGLER_REPORT): ", e.what());
   }
-  std::rename(temp.c_str(), path);
 }
 
 }  // namespace
