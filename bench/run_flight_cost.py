@@ -13,10 +13,23 @@ the recorder alone (bench/flight_record_bench.cpp: nanoseconds per recorded oper
 import argparse
 import os
 import statistics
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from run_allreduce import run_ranks_output  # noqa: E402
+
+
+def on_and_off(command, world, rounds, parse):
+    """Medians of `command` with the recorder on and off, alternated (and which goes first too),
+    and in how many rounds on was faster."""
+    times = {"on": [], "off": []}
+    for r in range(rounds):
+        order = [("on", {}), ("off", {"DDP_FLIGHT_RECORDER": "0"})]
+        for name, env in order if r % 2 == 0 else order[::-1]:
+            times[name].append(parse(run_ranks_output(command, world, env)))
+    faster = sum(1 for a, b in zip(times["on"], times["off"]) if a < b)
+    return statistics.median(times["on"]), statistics.median(times["off"]), faster
 
 
 def main():
@@ -34,16 +47,9 @@ def main():
         print("| world size | recorder on (default) | DDP_FLIGHT_RECORDER=0 | on / off | rounds in which on was faster |")
         print("|---|---|---|---|---|")
         for world in args.worlds:
-            times = {"on": [], "off": []}
-            for r in range(args.rounds):
-                order = [("on", {}), ("off", {"DDP_FLIGHT_RECORDER": "0"})]
-                for name, env in order if r % 2 == 0 else order[::-1]:
-                    times[name].append(float(run_ranks_output(common, world, env)))
-            on, off = statistics.median(times["on"]), statistics.median(times["off"])
-            faster = sum(1 for a, b in zip(times["on"], times["off"]) if a < b)
+            on, off, faster = on_and_off(common, world, args.rounds, float)
             print("| %d | %.2f | %.2f | %.3f | %d of %d |" % (world, on, off, on / off, faster, args.rounds))
             sys.stdout.flush()
-    import subprocess
     alone = [subprocess.run([os.path.join(args.build, "bench", "flight_record_bench")], capture_output=True, text=True,
                             check=True).stdout.split() for _ in range(args.rounds)]
     print("\nThe recorder alone (issued + started + ended, one thread): %.1f ns per operation on, %.1f ns off "
@@ -55,13 +61,7 @@ def main():
     print("| world size | recorder on (default) | DDP_FLIGHT_RECORDER=0 | on - off (us) | rounds in which on was faster |")
     print("|---|---|---|---|---|")
     for world in args.worlds:
-        times = {"on": [], "off": []}
-        for r in range(args.rounds):
-            order = [("on", {}), ("off", {"DDP_FLIGHT_RECORDER": "0"})]
-            for name, env in order if r % 2 == 0 else order[::-1]:
-                times[name].append(float(run_ranks_output(small, world, env).split()[1]))
-        on, off = statistics.median(times["on"]), statistics.median(times["off"])
-        faster = sum(1 for a, b in zip(times["on"], times["off"]) if a < b)
+        on, off, faster = on_and_off(small, world, args.rounds, lambda out: float(out.split()[1]))
         print("| %d | %.2f | %.2f | %+.2f | %d of %d |" % (world, on, off, on - off, faster, args.rounds))
         sys.stdout.flush()
 

@@ -1,7 +1,9 @@
 // ddp's LibTorch front: tensor collectives, DistributedDataParallel and its communication hooks,
-// DistributedSampler, the datasets and checkpoints.
+// DistributedSampler, the datasets, checkpoints, weight files shared with Python, mixed precision
+// (Autocast, GradScaler) and ZeroRedundancyOptimizer.
 #pragma once
 
+#include "ddp/torch/amp.h"
 #include "ddp/torch/checkpoint.h"
 #include "ddp/torch/collectives.h"
 #include "ddp/torch/comm_hooks.h"
@@ -10,3 +12,5 @@
 #include "ddp/torch/distributed_data_parallel.h"
 #include "ddp/torch/distributed_sampler.h"
 #include "ddp/torch/future.h"
+#include "ddp/torch/state_dict.h"
+#include "ddp/torch/zero_redundancy_optimizer.h"

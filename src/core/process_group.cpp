@@ -55,7 +55,7 @@ struct ProcessGroup::State {
   std::chrono::milliseconds timeout() const { return std::chrono::milliseconds(timeout_ms.load()); }
 
   std::shared_ptr<Work> make_work(const Op& op) {
-    auto work = std::make_shared<Work>(cat(describe(op), " in group '", name, "'"));
+    auto work = std::make_shared<Work>([op, group = name] { return cat(describe(op), " in group '", group, "'"); });
     if (failures) {
       work->set_timeout_explainer([this, op] { return failures->explain_stall(op); });
     }

@@ -35,6 +35,7 @@
 
 #include "ddp/process_group.h"
 #include "ddp/torch/comm_hooks.h"
+#include "ddp/torch/straggler_report.h"
 
 namespace ddp {
 
@@ -73,6 +74,7 @@ class DDPCore {
   std::optional<at::Device> output_device() const;
   // The current bucket plan (parameter indices in registration order, per bucket).
   std::vector<std::vector<std::size_t>> bucket_plan() const;
+  StragglerReport straggler_report();
 
  private:
   class Impl;
@@ -181,6 +183,13 @@ class DistributedDataParallelImpl : public torch::nn::Module {
   const std::shared_ptr<ProcessGroup>& process_group() const { return core_->process_group(); }
   const DDPOptions& options() const { return core_->options(); }
   std::vector<std::vector<std::size_t>> bucket_plan() const { return core_->bucket_plan(); }
+
+  // Collective (every rank of the group calls it at the same point, like an all_reduce): which
+  // rank is the slowest over the synchronized steps since the previous call, and where its time
+  // goes (ddp/torch/straggler_report.h). Every rank gets the same report; report.text is the line
+  // to print. Timing the steps costs a few clock reads per step; the report one small all_gather.
+  // Under ddprun, rank 0's last one appears in the launcher's summary.
+  StragglerReport straggler_report() { return core_->straggler_report(); }
 
  private:
   std::shared_ptr<M> module_;
