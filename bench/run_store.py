@@ -19,6 +19,7 @@ import argparse
 import os
 import random
 import resource
+import select
 import statistics
 import subprocess
 import sys
@@ -40,6 +41,27 @@ def rss_kib(pid):
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     return 0
+
+
+def cpu_seconds(pid):
+    """User plus system CPU time of a process so far (/proc/PID/stat, fields 14 and 15)."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def slab_bytes(cache):
+    """Bytes of the kernel's slab cache in use (/proc/slabinfo: active objects times their size),
+    or None where slabinfo cannot be read (it needs root)."""
+    try:
+        with open("/proc/slabinfo") as f:
+            for line in f:
+                words = line.split()
+                if words and words[0] == cache:
+                    return int(words[1]) * int(words[3])
+    except OSError:
+        pass
+    return None
 
 
 def start_server(kind, bench):
@@ -69,6 +91,10 @@ def one_run(kind, size, procs, bench, timeout):
     server, port, pid = start_server(kind, bench)
     time.sleep(0.2)
     before = rss_kib(pid)
+    # The server's accepted sockets are IPv6 ones (ddp listens dual-stack) and
+    # every client socket is IPv4, so the TCPv6 slab grows by the server's side alone (a server that
+    # listens on IPv4 shows about 0 here).
+    slab_before = slab_bytes("TCPv6")
     protocol = "ddp" if kind == "ddp" else "torch"
     probe = subprocess.Popen([bench, "probe", "--port", str(port), "--protocol", protocol], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, text=True)
@@ -81,16 +107,16 @@ def one_run(kind, size, procs, bench, timeout):
              str(per if p < procs - 1 else size - p * per), "--total", str(size), "--source", source],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
     time.sleep(0.5 + size / 20000.0)  # let every client process start before "go"
+    cpu_before = cpu_seconds(pid)
     start = time.monotonic_ns()
     for c in clients:
         c.stdin.write("go\n")
         c.stdin.flush()
-    ends, errors, outcome = [], 0, "ok"
+    ends, errors, retries, outcome = [], 0, 0, "ok"
     deadline = time.monotonic() + timeout
     for c in clients:
         line = ""
         while time.monotonic() < deadline and server.poll() is None:
-            import select
             ready, _, _ = select.select([c.stdout], [], [], 0.5)
             if ready:
                 line = c.stdout.readline()
@@ -101,11 +127,16 @@ def one_run(kind, size, procs, bench, timeout):
         words = line.split()
         ends.append(int(words[1]))
         errors += int(words[2])
+        retries += int(words[3])
     seconds = (max(ends) - start) / 1e9 if outcome == "ok" else float("nan")
-    per_conn = float("nan")
+    per_conn, kernel_per_conn, server_cpu = float("nan"), float("nan"), float("nan")
     idle_start = time.monotonic_ns()
     if outcome == "ok":
+        server_cpu = cpu_seconds(pid) - cpu_before
         per_conn = (rss_kib(pid) - before) / size
+        slab_after = slab_bytes("TCPv6")
+        if slab_before is not None and slab_after is not None:
+            kernel_per_conn = (slab_after - slab_before) / 1024.0 / size
         time.sleep(2.0)  # the probe's gets with every connection open and idle
     idle_end = time.monotonic_ns()
     for proc in clients:
@@ -133,7 +164,8 @@ def one_run(kind, size, procs, bench, timeout):
     idle = [lat / 1e3 for t, lat in samples if idle_start <= t < idle_end]
     if errors:
         outcome = "%d errors" % errors
-    return {"outcome": outcome, "seconds": seconds, "kib": per_conn, "storm": storm, "idle": idle}
+    return {"outcome": outcome, "seconds": seconds, "cpu": server_cpu, "kib": per_conn, "kernel_kib": kernel_per_conn,
+            "retries": retries, "storm": storm, "idle": idle}
 
 
 def main():
@@ -158,13 +190,22 @@ def main():
         except (ValueError, OSError):
             pass
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    print("| server | connections | rendezvous s (median) | runs | server KiB per connection | get us during, median / p99 "
+    with open("/proc/sys/net/core/somaxconn") as f:
+        somaxconn = f.read().strip()
+    print("%d CPUs, load average %s before the run; open files: hard limit %s; net.core.somaxconn %s; %d client "
+          "processes; %d rounds" % (os.cpu_count(), " ".join("%.2f" % x for x in os.getloadavg()),
+                                    "unlimited" if hard == resource.RLIM_INFINITY else hard, somaxconn, args.procs,
+                                    args.rounds))
+    print()
+    print("| server | connections | rendezvous s (median) | runs | server CPU s | connects retried "
+          "| server memory per connection: user KiB / kernel KiB | get us during, median / p99 "
           "| get us after (all open), median / p99 |")
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
+    blank = " | |" * 5
     for size in args.sizes:
         if hard != resource.RLIM_INFINITY and size + 256 > hard:
             print("| | %d | not run: one server needs %d open files, and the hard limit here is %d (ulimit -Hn; "
-                  "raising it needs root with CAP_SYS_RESOURCE) | | | | |" % (size, size + 256, hard))
+                  "raising it needs CAP_SYS_RESOURCE) |%s" % (size, size + 256, hard, blank))
             continue
         results = {k: [] for k in args.servers}
         for _ in range(args.rounds):  # alternated, so that drift affects both alike
@@ -175,19 +216,20 @@ def main():
         for kind in args.servers:
             runs = results[kind]
             if not runs:
-                print("| %s | %d | not run (past --torch-max) | | | | |" % (kind, size))
+                print("| %s | %d | not run (past --torch-max) |%s" % (kind, size, blank))
                 continue
             ok = [r for r in runs if r["outcome"] == "ok"]
             outcomes = ", ".join(sorted(set(r["outcome"] for r in runs)))
             if not ok:
-                print("| %s | %d | %s | %d | | | |" % (kind, size, outcomes, len(runs)))
+                print("| %s | %d | %s | %d |%s" % (kind, size, outcomes, len(runs), blank))
                 continue
             storm = sum((r["storm"] for r in ok), [])
             idle = sum((r["idle"] for r in ok), [])
-            print("| %s | %d | %.2f | %d (%s) | %.1f | %.0f / %.0f | %.0f / %.0f |" % (
-                kind, size, statistics.median(r["seconds"] for r in ok), len(runs), outcomes,
-                statistics.median(r["kib"] for r in ok), percentile(storm, 50), percentile(storm, 99),
-                percentile(idle, 50), percentile(idle, 99)))
+            median = lambda key: statistics.median(r[key] for r in ok)
+            print("| %s | %d | %.2f | %d (%s) | %.2f | %d | %.1f / %.1f | %.0f / %.0f | %.0f / %.0f |" % (
+                kind, size, median("seconds"), len(runs), outcomes, median("cpu"), median("retries"), median("kib"),
+                median("kernel_kib"), percentile(storm, 50), percentile(storm, 99), percentile(idle, 50),
+                percentile(idle, 99)))
             sys.stdout.flush()
 
 

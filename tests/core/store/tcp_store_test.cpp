@@ -44,6 +44,22 @@ std::string hello_frame(std::string job = "", std::int64_t rank = -1) {
   return std::string(detail::wire::kPreamble) + detail::wire::encode(hello);
 }
 
+// Reads one whole ddp response frame from a raw connection.
+detail::wire::Response read_response(int fd, detail::Clock::time_point deadline) {
+  char header[4];
+  EXPECT_TRUE(detail::recv_exact(fd, header, 4, deadline, "server"));
+  std::uint32_t size;
+  std::memcpy(&size, header, 4);
+  std::string frame(header, 4);
+  frame.resize(4 + size);
+  EXPECT_TRUE(detail::recv_exact(fd, frame.data() + 4, size, deadline, "server"));
+  detail::wire::Response response;
+  std::size_t consumed;
+  std::string error;
+  EXPECT_EQ(detail::wire::parse(frame, response, consumed, error), detail::wire::Parse::Complete) << error;
+  return response;
+}
+
 // True when the server closed the connection (reads EOF within the timeout).
 bool closed_by_server(int fd) {
   char buf[256];
@@ -117,20 +133,7 @@ TEST(TCPStore, ServesOver1024ConcurrentClientsParkedOnOneKey) {
   detail::wire::Request get{detail::wire::Op::Get, "go"};
   get.number = 30000;
   const std::string get_frame = detail::wire::encode(get);
-  auto read_reply = [&](int fd) {
-    char header[4];
-    EXPECT_TRUE(detail::recv_exact(fd, header, 4, deadline, "server"));
-    std::uint32_t size;
-    std::memcpy(&size, header, 4);
-    std::string frame(header, 4);
-    frame.resize(4 + size);
-    EXPECT_TRUE(detail::recv_exact(fd, frame.data() + 4, size, deadline, "server"));
-    detail::wire::Response response;
-    std::size_t consumed;
-    std::string error;
-    EXPECT_EQ(detail::wire::parse(frame, response, consumed, error), detail::wire::Parse::Complete) << error;
-    return response;
-  };
+  auto read_reply = [&](int fd) { return read_response(fd, deadline); };
   for (auto& c : clients) {
     EXPECT_EQ(read_reply(c.get()).status, detail::wire::Status::Ok);  // hello
     detail::send_all(c.get(), get_frame, deadline, "server");          // parks on "go"
@@ -384,6 +387,118 @@ TEST(TCPStore, ClientFailsClearlyWhenTheServerGoesAway) {
     EXPECT_NE(message.find("store"), std::string::npos) << message;
     EXPECT_NE(message.find("rank 0 or the launcher"), std::string::npos) << message;
   }
+}
+
+// ---- The server's event loop under load: how it reads, writes and accepts (issue 21).
+
+// A reply bigger than the socket takes at once waits for EPOLLOUT; once it is out the server
+// stops watching for it, and a later big reply must turn it on again.
+TEST(TCPStoreServer, RepliesTheSocketCannotTakeAtOnceArriveWholeAndTheConnectionServesOn) {
+  TCPStoreServer server(0, "");
+  TCPStore setter(client_of(server));
+  std::string big(16 << 20, '\0');
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i % 251);
+  setter.set("big", big);
+  setter.set("small", "s");
+  auto raw = raw_connection(server.port());
+  const auto deadline = detail::Clock::now() + 30s;
+  detail::wire::Request get_big{detail::wire::Op::Get, "big"}, get_small{detail::wire::Op::Get, "small"};
+  get_big.number = get_small.number = 5000;
+  detail::send_all(raw.get(), hello_frame(), deadline, "server");
+  EXPECT_EQ(read_response(raw.get(), deadline).status, detail::wire::Status::Ok);
+  for (int round = 0; round < 2; ++round) {
+    // Two big replies queued behind each other while nobody reads: far more than the socket holds.
+    detail::send_all(raw.get(), detail::wire::encode(get_big) + detail::wire::encode(get_big), deadline, "server");
+    std::this_thread::sleep_for(300ms);
+    for (int i = 0; i < 2; ++i) {
+      auto r = read_response(raw.get(), deadline);
+      EXPECT_EQ(r.status, detail::wire::Status::Value);
+      EXPECT_TRUE(r.value == big) << "round " << round << ", reply " << i << ": " << r.value.size() << " bytes";
+    }
+    detail::send_all(raw.get(), detail::wire::encode(get_small), deadline, "server");
+    EXPECT_EQ(read_response(raw.get(), deadline).value, "s") << "round " << round;
+  }
+}
+
+// The server reads what is there and comes back for the rest when epoll says so: a request that
+// trickles in a byte at a time, and frames that fill its 64 KiB read exactly, are served alike.
+TEST(TCPStoreServer, RequestsInPiecesAndOfExactlyItsReadSizeAreServed) {
+  TCPStoreServer server(0, "");
+  TCPStore observer(client_of(server));
+  auto raw = raw_connection(server.port());
+  const auto deadline = detail::Clock::now() + 10s;
+  const std::string trickle = hello_frame() + detail::wire::encode(detail::wire::Request{detail::wire::Op::Set, "piece", "meal"});
+  for (char byte : trickle) {
+    detail::send_all(raw.get(), std::string_view(&byte, 1), deadline, "server");
+    std::this_thread::sleep_for(1ms);
+  }
+  EXPECT_EQ(read_response(raw.get(), deadline).status, detail::wire::Status::Ok);  // hello
+  EXPECT_EQ(read_response(raw.get(), deadline).status, detail::wire::Status::Ok);  // set
+  EXPECT_EQ(observer.get("piece"), "meal");
+
+  // Two sets that together are exactly two reads of 64 KiB, then one more byte-sized request.
+  detail::wire::Request first{detail::wire::Op::Set, "exact1", ""}, second{detail::wire::Op::Set, "exact2", ""};
+  const std::size_t overhead = detail::wire::encode(first).size();
+  first.value.assign((64 << 10) - overhead, 'a');
+  second.value.assign((64 << 10) - detail::wire::encode(second).size(), 'b');
+  const std::string exact = detail::wire::encode(first) + detail::wire::encode(second);
+  ASSERT_EQ(exact.size(), std::size_t{128} << 10);
+  detail::send_all(raw.get(), exact, deadline, "server");
+  EXPECT_EQ(read_response(raw.get(), deadline).status, detail::wire::Status::Ok);
+  EXPECT_EQ(read_response(raw.get(), deadline).status, detail::wire::Status::Ok);
+  EXPECT_EQ(observer.get("exact1"), first.value);
+  EXPECT_EQ(observer.get("exact2"), second.value);
+}
+
+// A rank's last request and the end of its stream arrive together: the request is carried out,
+// and the closing (next time epoll reports the socket) records the rank lost.
+TEST(TCPStoreServer, ARequestRightBeforeTheStreamEndsIsCarriedOutAndTheRankRecordedLost) {
+  TCPStoreServer server(0, "");
+  TCPStore observer(client_of(server));
+  auto raw = raw_connection(server.port());
+  detail::send_all(raw.get(), hello_frame("", 5) + detail::wire::encode(detail::wire::Request{detail::wire::Op::Set, "last", "words"}),
+                   detail::Clock::now() + 5s, "server");
+  ::shutdown(raw.get(), SHUT_WR);  // the data and the end of the stream, back to back
+  observer.wait({detail::lost_rank_key(5)}, 5s);
+  EXPECT_EQ(observer.get("last"), "words");
+}
+
+// Connections that queue up while other clients keep every epoll batch full are all accepted and
+// served (the server takes queued connections before each batch while they keep coming).
+TEST(TCPStoreServer, ConnectionsArrivingWhileOthersKeepItBusyAreAllServed) {
+  TCPStoreServer server(0, "");
+  std::atomic<bool> stop{false};
+  std::atomic<long> busy_requests{0};
+  std::vector<std::thread> busy;
+  for (int t = 0; t < 4; ++t) {
+    busy.emplace_back([&, t] {
+      TCPStore store(client_of(server));
+      const std::string key = "busy/" + std::to_string(t);
+      while (!stop.load()) {
+        store.set(key, "x");
+        store.get(key);
+        busy_requests += 2;
+      }
+    });
+  }
+  constexpr int kClients = 1500;
+  const auto deadline = detail::Clock::now() + 60s;
+  std::vector<detail::Fd> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.push_back(raw_connection(server.port()));
+    detail::wire::Request set{detail::wire::Op::Set, "arrived/" + std::to_string(i), "yes"};
+    detail::send_all(clients.back().get(), hello_frame() + detail::wire::encode(set), deadline, "server");
+  }
+  for (auto& c : clients) {
+    EXPECT_EQ(read_response(c.get(), deadline).status, detail::wire::Status::Ok);  // hello
+    EXPECT_EQ(read_response(c.get(), deadline).status, detail::wire::Status::Ok);  // set
+  }
+  stop = true;
+  for (auto& t : busy) t.join();
+  EXPECT_GT(busy_requests.load(), 0);
+  TCPStore check(client_of(server));
+  EXPECT_EQ(check.num_keys(), kClients + 4);
+  EXPECT_EQ(check.get("arrived/" + std::to_string(kClients - 1)), "yes");
 }
 
 }  // namespace ddp
