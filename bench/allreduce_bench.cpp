@@ -46,15 +46,11 @@ int main(int argc, char** argv) {
   std::size_t min_bytes = 4 << 10, max_bytes = 256 << 20;
   int repeats = 5;
   std::string backend = "gloo";
-  bool memcpy_only = false, print_init = false;
+  bool memcpy_only = false;
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
     if (flag == "--memcpy") {
       memcpy_only = true;
-      continue;
-    }
-    if (flag == "--print-init") {  // first line "init <microseconds init_process_group took>" (bench/scale_model.py)
-      print_init = true;
       continue;
     }
     if (i + 1 >= argc) break;
@@ -67,13 +63,8 @@ int main(int argc, char** argv) {
     time_memcpy(min_bytes, max_bytes, repeats);
     return 0;
   }
-  const auto init_start = std::chrono::steady_clock::now();
   ddp::init_process_group(backend, {.timeout = std::chrono::minutes(5)});
   auto group = ddp::get_default_group();
-  if (print_init && group->rank() == 0) {
-    std::chrono::duration<double, std::micro> took = std::chrono::steady_clock::now() - init_start;
-    std::printf("init %.0f\n", took.count());
-  }
   std::vector<float> data(max_bytes / sizeof(float), 1.0f);
   // Blocking all_reduces, as torch.distributed.all_reduce(t) (async_op=False) is timed beside them.
   auto all_reduce = [&](std::size_t count) {

@@ -108,6 +108,7 @@ def one_run(kind, size, procs, bench, timeout):
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
     time.sleep(0.5 + size / 20000.0)  # let every client process start before "go"
     cpu_before = cpu_seconds(pid)
+    clients_before = sum(cpu_seconds(c.pid) for c in clients)
     start = time.monotonic_ns()
     for c in clients:
         c.stdin.write("go\n")
@@ -129,10 +130,11 @@ def one_run(kind, size, procs, bench, timeout):
         errors += int(words[2])
         retries += int(words[3])
     seconds = (max(ends) - start) / 1e9 if outcome == "ok" else float("nan")
-    per_conn, kernel_per_conn, server_cpu = float("nan"), float("nan"), float("nan")
+    per_conn, kernel_per_conn, server_cpu, clients_cpu = (float("nan"),) * 4
     idle_start = time.monotonic_ns()
     if outcome == "ok":
         server_cpu = cpu_seconds(pid) - cpu_before
+        clients_cpu = sum(cpu_seconds(c.pid) for c in clients) - clients_before
         per_conn = (rss_kib(pid) - before) / size
         slab_after = slab_bytes("TCPv6")
         if slab_before is not None and slab_after is not None:
@@ -164,7 +166,7 @@ def one_run(kind, size, procs, bench, timeout):
     idle = [lat / 1e3 for t, lat in samples if idle_start <= t < idle_end]
     if errors:
         outcome = "%d errors" % errors
-    return {"outcome": outcome, "seconds": seconds, "cpu": server_cpu, "kib": per_conn, "kernel_kib": kernel_per_conn,
+    return {"outcome": outcome, "seconds": seconds, "cpu": server_cpu, "clients_cpu": clients_cpu, "kib": per_conn, "kernel_kib": kernel_per_conn,
             "retries": retries, "storm": storm, "idle": idle}
 
 
@@ -197,7 +199,7 @@ def main():
                                     "unlimited" if hard == resource.RLIM_INFINITY else hard, somaxconn, args.procs,
                                     args.rounds))
     print()
-    print("| server | connections | rendezvous s (median) | runs | server CPU s | connects retried "
+    print("| server | connections | rendezvous s (median) | runs | CPU s: server / clients | connects retried "
           "| server memory per connection: user KiB / kernel KiB | get us during, median / p99 "
           "| get us after (all open), median / p99 |")
     print("|---|---|---|---|---|---|---|---|---|")
@@ -226,8 +228,8 @@ def main():
             storm = sum((r["storm"] for r in ok), [])
             idle = sum((r["idle"] for r in ok), [])
             median = lambda key: statistics.median(r[key] for r in ok)
-            print("| %s | %d | %.2f | %d (%s) | %.2f | %d | %.1f / %.1f | %.0f / %.0f | %.0f / %.0f |" % (
-                kind, size, median("seconds"), len(runs), outcomes, median("cpu"), median("retries"), median("kib"),
+            print("| %s | %d | %.2f | %d (%s) | %.2f / %.2f | %d | %.1f / %.1f | %.0f / %.0f | %.0f / %.0f |" % (
+                kind, size, median("seconds"), len(runs), outcomes, median("cpu"), median("clients_cpu"), median("retries"), median("kib"),
                 median("kernel_kib"), percentile(storm, 50), percentile(storm, 99), percentile(idle, 50),
                 percentile(idle, 99)))
             sys.stdout.flush()

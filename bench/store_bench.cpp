@@ -13,9 +13,6 @@
 //   store_bench probe --port P --protocol ddp|torch
 //       ddp's own TCPStore client getting one key, once a millisecond, until stdin closes.
 //       Prints "T LATENCY" (ns) per get.
-//   store_bench probe-value --bytes B
-//       A server of its own and one client getting a value of B bytes 30 times: prints the
-//       bytes per second (the server's rate for large values, bench/scale_model.py).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -333,21 +330,6 @@ int probe(std::map<std::string, std::string> f) {
   return 0;
 }
 
-int probe_value(std::map<std::string, std::string> f) {
-  ddp::TCPStoreOptions options;
-  options.port = 0;
-  options.is_server = true;
-  ddp::TCPStore store(options);
-  const std::size_t bytes = std::stoul(f.at("bytes"));
-  store.set("big", std::string(bytes, 'x'));
-  store.get("big");
-  const int times = 30;
-  const auto start = now_ns();
-  for (int i = 0; i < times; ++i) store.get("big");
-  std::printf("%.0f\n", static_cast<double>(bytes) * times / ((now_ns() - start) / 1e9));
-  return 0;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -358,7 +340,6 @@ int main(int argc, char** argv) {
     if (role == "serve") return serve(f);
     if (role == "clients") return clients(f);
     if (role == "probe") return probe(f);
-    if (role == "probe-value") return probe_value(f);
   } catch (const std::exception& e) {
     die(e.what());
   }
