@@ -2,18 +2,21 @@
 """The rendezvous store at scale: ddp's TCPStore server beside PyTorch 1.13's, N connections on
 one server, driven by client processes (bench/store_bench.cpp). Each connection does what a rank
 does at rendezvous (set its address, add to a counter, wait for the key the last arrival sets,
-read 4 peers' keys); the time is from "go" to the last connection done. Also: the server's
-memory per connection (its RSS with every connection open, less its RSS before), and the latency
-of a get on one more connection (ddp's own client), during the rendezvous and afterwards with
-every connection still open. Prints markdown tables for docs/BENCHMARKS.md.
+read 4 peers' keys); the time is from "go" to the last connection done. Also: the CPU time the
+server and the client processes spent in it, the server's memory per connection (user: its RSS
+with every connection open, less its RSS before; kernel: the growth of the TCPv6 slab, which holds
+the server's side of each connection), and the latency of a get on one more connection (ddp's own
+client), during the rendezvous and afterwards with every connection still open. Prints a markdown
+table for docs/BENCHMARKS.md.
 
     /usr/bin/python3 bench/run_store.py --build build [--sizes 1024 4096 16384 65536] [--rounds 3]
 
 Needs a hard open-file limit above the largest size (the server holds N sockets, each client
-process N / procs): it raises its own limits as far as it may, and says which sizes it skips. Clients bind distinct source
-addresses in 127.0.0.0/8, so that N connections to one port do not run out of ephemeral ports.
-PyTorch's server is skipped at sizes past --torch-max (it slows down with every connection: its
-daemon polls them all on every event) and reported as "died" or "timed out" when it fails.
+process N / procs): it raises its own limits as far as it may, and says which sizes it skips.
+Clients bind distinct source addresses in 127.0.0.0/8, so that N connections to one port do not
+run out of ephemeral ports. PyTorch's server is skipped at sizes past --torch-max (it slows down
+with every connection: its daemon polls them all on every event) and reported as "died" or
+"timed out" when it fails.
 """
 import argparse
 import os
@@ -141,33 +144,37 @@ def one_run(kind, size, procs, bench, timeout):
             kernel_per_conn = (slab_after - slab_before) / 1024.0 / size
         time.sleep(2.0)  # the probe's gets with every connection open and idle
     idle_end = time.monotonic_ns()
-    for proc in clients:
-        try:
-            proc.stdin.close()
-        except OSError:
-            pass
     samples = []
-    try:
-        out, _ = probe.communicate(timeout=60)
-        samples = [tuple(map(int, l.split())) for l in out.splitlines() if l.strip()]
-    except subprocess.TimeoutExpired:
-        probe.kill()
-    for c in clients:
+    if outcome == "ok":
+        for proc in clients:  # (the probe's stdin closes in communicate)
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
         try:
-            c.wait(timeout=60)
+            out, _ = probe.communicate(timeout=60)
+            samples = [tuple(map(int, l.split())) for l in out.splitlines() if l.strip()]
         except subprocess.TimeoutExpired:
-            c.kill()
+            pass
+    # A failed run leaves connections waiting for answers that will not come: stop every process.
+    for proc in clients + [probe]:
+        try:
+            proc.wait(timeout=60 if outcome == "ok" else 0)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
     try:
         server.stdin.close()
-        server.wait(timeout=30)
+        server.wait(timeout=30 if outcome == "ok" else 0)
     except (OSError, subprocess.TimeoutExpired):
         server.kill()
+        server.wait()
     storm = [lat / 1e3 for t, lat in samples if start <= t < (max(ends) if ends else idle_start)]
     idle = [lat / 1e3 for t, lat in samples if idle_start <= t < idle_end]
-    if errors:
-        outcome = "%d errors" % errors
-    return {"outcome": outcome, "seconds": seconds, "cpu": server_cpu, "clients_cpu": clients_cpu, "kib": per_conn, "kernel_kib": kernel_per_conn,
-            "retries": retries, "storm": storm, "idle": idle}
+    if errors:  # the clients stop at the first few failures and say why on stderr
+        outcome = "%d connections failed" % errors
+    return {"outcome": outcome, "seconds": seconds, "cpu": server_cpu, "clients_cpu": clients_cpu, "kib": per_conn,
+            "kernel_kib": kernel_per_conn, "retries": retries, "storm": storm, "idle": idle}
 
 
 def main():
@@ -203,11 +210,11 @@ def main():
           "| server memory per connection: user KiB / kernel KiB | get us during, median / p99 "
           "| get us after (all open), median / p99 |")
     print("|---|---|---|---|---|---|---|---|---|")
-    blank = " | |" * 5
+    blank = " |" * 5  # the columns after "runs"
     for size in args.sizes:
         if hard != resource.RLIM_INFINITY and size + 256 > hard:
             print("| | %d | not run: one server needs %d open files, and the hard limit here is %d (ulimit -Hn; "
-                  "raising it needs CAP_SYS_RESOURCE) |%s" % (size, size + 256, hard, blank))
+                  "raising it needs CAP_SYS_RESOURCE) | |%s" % (size, size + 256, hard, blank))
             continue
         results = {k: [] for k in args.servers}
         for _ in range(args.rounds):  # alternated, so that drift affects both alike
@@ -218,7 +225,7 @@ def main():
         for kind in args.servers:
             runs = results[kind]
             if not runs:
-                print("| %s | %d | not run (past --torch-max) |%s" % (kind, size, blank))
+                print("| %s | %d | not run (past --torch-max) | |%s" % (kind, size, blank))
                 continue
             ok = [r for r in runs if r["outcome"] == "ok"]
             outcomes = ", ".join(sorted(set(r["outcome"] for r in runs)))
@@ -229,9 +236,9 @@ def main():
             idle = sum((r["idle"] for r in ok), [])
             median = lambda key: statistics.median(r[key] for r in ok)
             print("| %s | %d | %.2f | %d (%s) | %.2f / %.2f | %d | %.1f / %.1f | %.0f / %.0f | %.0f / %.0f |" % (
-                kind, size, median("seconds"), len(runs), outcomes, median("cpu"), median("clients_cpu"), median("retries"), median("kib"),
-                median("kernel_kib"), percentile(storm, 50), percentile(storm, 99), percentile(idle, 50),
-                percentile(idle, 99)))
+                kind, size, median("seconds"), len(runs), outcomes, median("cpu"), median("clients_cpu"),
+                median("retries"), median("kib"), median("kernel_kib"), percentile(storm, 50), percentile(storm, 99),
+                percentile(idle, 50), percentile(idle, 99)))
             sys.stdout.flush()
 
 
