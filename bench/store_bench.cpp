@@ -115,7 +115,9 @@ class Clients {
     sockaddr_in local{};
     local.sin_family = AF_INET;
     ::inet_pton(AF_INET, source_.c_str(), &local.sin_addr);
-    if (::bind(c.fd, reinterpret_cast<sockaddr*>(&local), sizeof local) != 0) die(std::string("bind: ") + std::strerror(errno));
+    if (::bind(c.fd, reinterpret_cast<sockaddr*>(&local), sizeof local) != 0) {
+      die("bind " + source_ + ": " + std::strerror(errno));
+    }
     int one = 1;
     ::setsockopt(c.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     sockaddr_in server{};
@@ -200,7 +202,9 @@ class Clients {
     if (torch_) {
       torch_wire::Request q;
       switch (step) {
-        case SetAddr: q.query = torch_wire::Query::Set, q.key = "addr/" + std::to_string(c.rank), q.value = "127.0.0.1:1"; break;
+        case SetAddr:
+          q.query = torch_wire::Query::Set, q.key = "addr/" + std::to_string(c.rank), q.value = "127.0.0.1:1";
+          break;
         case Add: q.query = torch_wire::Query::Add, q.key = "count", q.number = 1; break;
         case SetGo: q.query = torch_wire::Query::Set, q.key = "go", q.value = "1"; break;
         case WaitGo: q.query = torch_wire::Query::Wait, q.keys = {"go"}; break;

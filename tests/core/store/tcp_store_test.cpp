@@ -427,7 +427,8 @@ TEST(TCPStoreServer, RequestsInPiecesAndOfExactlyItsReadSizeAreServed) {
   TCPStore observer(client_of(server));
   auto raw = raw_connection(server.port());
   const auto deadline = detail::Clock::now() + 10s;
-  const std::string trickle = hello_frame() + detail::wire::encode(detail::wire::Request{detail::wire::Op::Set, "piece", "meal"});
+  const detail::wire::Request set{detail::wire::Op::Set, "piece", "meal"};
+  const std::string trickle = hello_frame() + detail::wire::encode(set);
   for (char byte : trickle) {
     detail::send_all(raw.get(), std::string_view(&byte, 1), deadline, "server");
     std::this_thread::sleep_for(1ms);
@@ -456,8 +457,8 @@ TEST(TCPStoreServer, ARequestRightBeforeTheStreamEndsIsCarriedOutAndTheRankRecor
   TCPStoreServer server(0, "");
   TCPStore observer(client_of(server));
   auto raw = raw_connection(server.port());
-  detail::send_all(raw.get(), hello_frame("", 5) + detail::wire::encode(detail::wire::Request{detail::wire::Op::Set, "last", "words"}),
-                   detail::Clock::now() + 5s, "server");
+  const detail::wire::Request set{detail::wire::Op::Set, "last", "words"};
+  detail::send_all(raw.get(), hello_frame("", 5) + detail::wire::encode(set), detail::Clock::now() + 5s, "server");
   ::shutdown(raw.get(), SHUT_WR);  // the data and the end of the stream, back to back
   observer.wait({detail::lost_rank_key(5)}, 5s);
   EXPECT_EQ(observer.get("last"), "words");
