@@ -46,14 +46,17 @@ std::string hello_frame(std::string job = "", std::int64_t rank = -1) {
 
 // Reads one whole ddp response frame from a raw connection.
 detail::wire::Response read_response(int fd, detail::Clock::time_point deadline) {
+  detail::wire::Response response;
   char header[4];
-  EXPECT_TRUE(detail::recv_exact(fd, header, 4, deadline, "server"));
+  if (!detail::recv_exact(fd, header, 4, deadline, "server")) {
+    ADD_FAILURE() << "the server closed the connection instead of replying";
+    return response;
+  }
   std::uint32_t size;
   std::memcpy(&size, header, 4);
   std::string frame(header, 4);
   frame.resize(4 + size);
   EXPECT_TRUE(detail::recv_exact(fd, frame.data() + 4, size, deadline, "server"));
-  detail::wire::Response response;
   std::size_t consumed;
   std::string error;
   EXPECT_EQ(detail::wire::parse(frame, response, consumed, error), detail::wire::Parse::Complete) << error;
