@@ -9,6 +9,7 @@ example's CNN). Prints markdown tables for docs/BENCHMARKS.md. Needs root and th
 
     /usr/bin/python3 bench/run_nodes.py --build build [--nodes 2] [--ranks-per-node 2]
         [--rate 1gbit] [--delay 0.1ms | 0] [--rounds 3] [--max-bytes 67108864] [--models mlp cnn]
+        [--baseline OTHER_BUILD]
 
 The link's bound: whatever the algorithm, after reducing within a node each node must send (and
 receive) 2(N-1)/N of the data over its own link (reduce-scatter then all-gather among N nodes),
@@ -110,6 +111,8 @@ def all_reduce_table(args, nodes, world, link_bps):
     sizes = ["--min-bytes", str(4 << 10), "--max-bytes", str(args.max_bytes), "--repeats", str(args.repeats)]
     configs = [("ddp", [os.path.join(args.build, "bench", "allreduce_bench")] + sizes),
                ("PyTorch gloo", ["/usr/bin/python3", os.path.join(HERE, "torch_allreduce.py")] + sizes)]
+    if args.baseline:
+        configs.append(("baseline", [os.path.join(args.baseline, "bench", "allreduce_bench")] + sizes))
     runs = {name: [] for name, _ in configs}
     for _ in range(args.rounds):  # alternated, so that drift affects both alike
         for name, cmd in configs:
@@ -119,14 +122,19 @@ def all_reduce_table(args, nodes, world, link_bps):
     print("\n### all_reduce float32 across %d nodes x %d ranks, links %s, delay %s (median of %d)\n"
           % (n, nodes.ranks_per_node, args.rate, args.delay or "none added", args.rounds))
     print("| size | link bound (us) | ddp time (us) | ddp busbw (GB/s) | ddp of bound | PyTorch time (us) "
-          "| PyTorch busbw (GB/s) | PyTorch of bound | ddp / PyTorch time |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| PyTorch busbw (GB/s) | PyTorch of bound | ddp / PyTorch time |"
+          + (" baseline time (us) | baseline of bound | ddp / baseline time |" if args.baseline else ""))
+    print("|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if args.baseline else ""))
     for size in sorted(med["ddp"]):
         bound = 2 * (n - 1) / n * size * 8 / link_bps * 1e6
         d, t = med["ddp"][size], med["PyTorch gloo"][size]
-        print("| %s | %.0f | %.1f | %.3f | %.0f%% | %.1f | %.3f | %.0f%% | %.2f |" % (
+        row = "| %s | %.0f | %.1f | %.3f | %.0f%% | %.1f | %.3f | %.0f%% | %.2f |" % (
             human(size), bound, d, busbw(size, d, world), 100 * bound / d, t, busbw(size, t, world),
-            100 * bound / t, d / t))
+            100 * bound / t, d / t)
+        if args.baseline:
+            b = med["baseline"][size]
+            row += " %.1f | %.0f%% | %.2f |" % (b, 100 * bound / b, d / b)
+        print(row)
     sys.stdout.flush()
 
 
@@ -160,6 +168,7 @@ def main():
     parser.add_argument("--max-bytes", type=int, default=64 << 20)
     parser.add_argument("--models", nargs="*", default=["mlp", "cnn"], help="DDP step models (none: skip)")
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--baseline", help="another build dir whose all_reduce runs beside this one (before/after)")
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("run_nodes.py makes network namespaces: run it as root")
