@@ -1,0 +1,190 @@
+#!/usr/bin/env python3
+"""ddp and PyTorch across emulated nodes: network namespaces joined through a switch by veth links
+shaped with tc (rate and one-way delay), N ranks per node, each node with its own host identity
+(DDP_SHM_HOST_ID, so that ddp uses shared memory within a node and the network between nodes).
+ddp (its cpu backend: shared memory within a node, gloo between the nodes' first ranks) and
+PyTorch's gloo run alternating, on the same placement, in one run: float32 all_reduce from 4 KB
+to 64 MB (time, busbw, and the fraction of the link's bound) and the DDP step (the MLP and the
+example's CNN). Prints markdown tables for docs/BENCHMARKS.md. Needs root and the ip and tc tools.
+
+    /usr/bin/python3 bench/run_nodes.py --build build [--nodes 2] [--ranks-per-node 2]
+        [--rate 1gbit] [--delay 0.1ms | 0] [--rounds 3] [--max-bytes 67108864] [--models mlp cnn]
+        [--baseline OTHER_BUILD]
+
+The link's bound: whatever the algorithm, after reducing within a node each node must send (and
+receive) 2(N-1)/N of the data over its own link (reduce-scatter then all-gather among N nodes),
+so no all_reduce of S bytes can take less than 2(N-1)/N * S / rate. "of bound" is that time over
+the measured one. The namespaces are deleted at the end, also on an error or Ctrl-C (and any left
+by an earlier run that was killed are deleted first).
+"""
+import argparse
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run_allreduce import busbw, human, run_ranks, run_ranks_output  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PREFIX = "ddpbench"  # every namespace this script makes starts with it
+SUBNET = "10.203.0."
+
+
+def sh(*argv):
+    out = subprocess.run(list(argv), capture_output=True, text=True)
+    if out.returncode:
+        raise RuntimeError("%s failed: %s" % (" ".join(argv), out.stderr.strip()))
+    return out.stdout
+
+
+def bits_per_second(rate):
+    """tc's rate syntax ("1gbit", "100mbit", "10gbit") in bits per second."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([kmg]?)bit", rate.lower())
+    if not m:
+        raise SystemExit("--rate %r: give it as tc does, e.g. 1gbit, 100mbit, 10gbit" % rate)
+    return float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2)]
+
+
+class Nodes:
+    """The switch and node namespaces; node k is at 10.203.0.(k+1), its link named eth0."""
+
+    def __init__(self, nodes, ranks_per_node, rate, delay):
+        self.count, self.ranks_per_node = nodes, ranks_per_node
+        self.switch = PREFIX + "-switch"
+        self.names = ["%s-node%d" % (PREFIX, k) for k in range(nodes)]
+        self.master_addr = SUBNET + "1"
+        remove_stale()
+        sh("ip", "netns", "add", self.switch)
+        sh("ip", "-n", self.switch, "link", "add", "br0", "type", "bridge")
+        sh("ip", "-n", self.switch, "link", "set", "br0", "up")
+        for k, ns in enumerate(self.names):
+            node_end, port = "%sn%d" % (PREFIX, k), "%sp%d" % (PREFIX, k)
+            sh("ip", "netns", "add", ns)
+            sh("ip", "link", "add", node_end, "type", "veth", "peer", "name", port)
+            sh("ip", "link", "set", node_end, "netns", ns)
+            sh("ip", "link", "set", port, "netns", self.switch)
+            sh("ip", "-n", ns, "link", "set", node_end, "name", "eth0")
+            sh("ip", "-n", self.switch, "link", "set", port, "master", "br0")
+            sh("ip", "-n", self.switch, "link", "set", port, "up")
+            sh("ip", "-n", ns, "addr", "add", SUBNET + "%d/24" % (k + 1), "dev", "eth0")
+            sh("ip", "-n", ns, "link", "set", "eth0", "up")
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+            # Both directions at `rate` (a token bucket at each end), the delay once per direction
+            # (netem under the sending node's bucket).
+            shape(ns, "eth0", rate, delay)
+            shape(self.switch, port, rate, None)
+
+    def rank(self, rank, world):
+        """run_ranks_output's placement: the argv prefix and environment of `rank`."""
+        node, local = divmod(rank, self.ranks_per_node)
+        return (["ip", "netns", "exec", self.names[node]],
+                {"LOCAL_RANK": str(local), "LOCAL_WORLD_SIZE": str(self.ranks_per_node),
+                 "GROUP_RANK": str(node), "DDP_SHM_HOST_ID": "node%d" % node, "GLOO_SOCKET_IFNAME": "eth0"})
+
+
+def shape(ns, dev, rate, delay):
+    """tbf at `rate` on dev's egress (burst: 1 ms of the rate, at least 256 KB, above veth's 64 KB
+    segments), and netem's `delay` under it when given."""
+    burst = max(256 << 10, int(bits_per_second(rate) / 8 / 1000))
+    tc = ["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev]
+    sh(*tc, "root", "handle", "1:", "tbf", "rate", rate, "burst", str(burst), "latency", "100ms")
+    if delay:
+        try:
+            sh(*tc, "parent", "1:1", "handle", "10:", "netem", "delay", delay, "limit", "100000")
+        except RuntimeError as e:
+            raise SystemExit("cannot add a delay (%s): this kernel has no netem qdisc (sch_netem); "
+                             "run with --delay 0 for rate-limited links without added delay" % e)
+
+
+def remove_stale():
+    """Deletes every namespace of this script (the veth pairs go with them)."""
+    for line in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.splitlines():
+        name = line.split()[0] if line.split() else ""
+        if name.startswith(PREFIX + "-"):
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+def all_reduce_table(args, nodes, world, link_bps):
+    sizes = ["--min-bytes", str(4 << 10), "--max-bytes", str(args.max_bytes), "--repeats", str(args.repeats)]
+    configs = [("ddp", [os.path.join(args.build, "bench", "allreduce_bench")] + sizes),
+               ("PyTorch gloo", ["/usr/bin/python3", os.path.join(HERE, "torch_allreduce.py")] + sizes)]
+    if args.baseline:
+        configs.append(("baseline", [os.path.join(args.baseline, "bench", "allreduce_bench")] + sizes))
+    runs = {name: [] for name, _ in configs}
+    for _ in range(args.rounds):  # alternated, so that drift affects both alike
+        for name, cmd in configs:
+            runs[name].append(run_ranks(cmd, world, {}, 3600, nodes))
+    med = {name: {s: statistics.median(r[s] for r in rs) for s in rs[0]} for name, rs in runs.items()}
+    n = nodes.count
+    print("\n### all_reduce float32 across %d nodes x %d ranks, links %s, delay %s (median of %d)\n"
+          % (n, nodes.ranks_per_node, args.rate, args.delay or "none added", args.rounds))
+    print("| size | link bound (us) | ddp time (us) | ddp busbw (GB/s) | ddp of bound | PyTorch time (us) "
+          "| PyTorch busbw (GB/s) | PyTorch of bound | ddp / PyTorch time |"
+          + (" baseline time (us) | baseline of bound | ddp / baseline time |" if args.baseline else ""))
+    print("|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if args.baseline else ""))
+    for size in sorted(med["ddp"]):
+        bound = 2 * (n - 1) / n * size * 8 / link_bps * 1e6
+        d, t = med["ddp"][size], med["PyTorch gloo"][size]
+        row = "| %s | %.0f | %.1f | %.3f | %.0f%% | %.1f | %.3f | %.0f%% | %.2f |" % (
+            human(size), bound, d, busbw(size, d, world), 100 * bound / d, t, busbw(size, t, world),
+            100 * bound / t, d / t)
+        if args.baseline:
+            b = med["baseline"][size]
+            row += " %.1f | %.0f%% | %.2f |" % (b, 100 * bound / b, d / b)
+        print(row)
+    sys.stdout.flush()
+
+
+def step_table(args, nodes, world):
+    print("\n### DDP step across %d nodes x %d ranks, links %s, delay %s, batch 64 per rank (median ms of %d)\n"
+          % (nodes.count, nodes.ranks_per_node, args.rate, args.delay or "none added", args.rounds))
+    print("| model | ddp (C++) | PyTorch DDP | ddp / PyTorch |")
+    print("|---|---|---|---|")
+    for model in args.models:
+        common = ["--model", model, "--steps", str(args.steps)]
+        ours, theirs = [], []
+        for _ in range(args.rounds):
+            ours.append(float(run_ranks_output([os.path.join(args.build, "bench", "ddp_step_bench")] + common,
+                                               world, None, 3600, nodes)))
+            theirs.append(float(run_ranks_output(["/usr/bin/python3", os.path.join(HERE, "torch_ddp_step.py")]
+                                                 + common, world, None, 3600, nodes)))
+        a, b = statistics.median(ours), statistics.median(theirs)
+        print("| %s | %.2f | %.2f | %.2f |" % (model, a, b, a / b))
+        sys.stdout.flush()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--build", default="build")
+    parser.add_argument("--nodes", type=int, default=2)
+    parser.add_argument("--ranks-per-node", type=int, default=2)
+    parser.add_argument("--rate", default="1gbit", help="each link's rate, tc's syntax (1gbit, 10gbit)")
+    parser.add_argument("--delay", default="0", help="each link's one-way delay, tc's syntax (0.1ms); needs netem")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3, help="timed batches per size within one run")
+    parser.add_argument("--max-bytes", type=int, default=64 << 20)
+    parser.add_argument("--models", nargs="*", default=["mlp", "cnn"], help="DDP step models (none: skip)")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--baseline", help="another build dir whose all_reduce runs beside this one (before/after)")
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("run_nodes.py makes network namespaces: run it as root")
+    link_bps = bits_per_second(args.rate)
+    args.delay = None if args.delay in ("0", "0ms", "0us", "") else args.delay
+    # SIGTERM (a killed job, a timeout) cleans up as Ctrl-C does.
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        nodes = Nodes(args.nodes, args.ranks_per_node, args.rate, args.delay)
+        world = args.nodes * args.ranks_per_node
+        all_reduce_table(args, nodes, world, link_bps)
+        if args.models:
+            step_table(args, nodes, world)
+    finally:  # also when making the namespaces failed half-way
+        remove_stale()
+
+
+if __name__ == "__main__":
+    main()
