@@ -19,14 +19,15 @@ using shm::HostCollectives;
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(int rank, int size, std::unique_ptr<Backend> gloo, std::unique_ptr<Backend> leaders,
-             std::unique_ptr<HostCollectives> host, bool single_host)
+  CpuBackend(int rank, int size, std::unique_ptr<Backend> gloo, std::unique_ptr<Backend> across,
+             std::unique_ptr<HostCollectives> host, bool single_host, bool striped)
       : rank_(rank),
         size_(size),
         gloo_(std::move(gloo)),
-        leaders_(std::move(leaders)),
+        across_(std::move(across)),
         host_(std::move(host)),
-        single_host_(single_host) {}
+        single_host_(single_host),
+        striped_(striped) {}
 
   std::string_view name() const override { return "gloo"; }
   int rank() const override { return rank_; }
@@ -38,8 +39,21 @@ class CpuBackend final : public Backend {
 
   void all_reduce(Buffer data, ReduceOp op, Deadline deadline) override {
     if (single_host_) return host_->all_reduce(data, op, deadline);
+    if (striped_) {
+      // Each rank carries its own share across the network, in parallel with the host's others.
+      const auto share = host_->share(data.count, data.dtype, host_->rank());
+      host_->reduce_share(data, op, deadline);
+      if (share.length > 0) {
+        Buffer mine = data;
+        mine.data = static_cast<char*>(data.data) + share.begin * element_size(data.dtype);
+        mine.count = share.length;
+        across_->all_reduce(mine, op, deadline);
+      }
+      host_->gather_shares(data, deadline);
+      return;
+    }
     if (host_) host_->reduce(data, op, 0, deadline);
-    if (leaders_) leaders_->all_reduce(data, op, deadline);
+    if (across_) across_->all_reduce(data, op, deadline);
     if (host_) host_->broadcast(data, 0, deadline);
   }
 
@@ -81,16 +95,19 @@ class CpuBackend final : public Backend {
   void abort() noexcept override {
     if (host_) host_->abort();
     gloo_->abort();
-    if (leaders_) leaders_->abort();
+    if (across_) across_->abort();
   }
 
  private:
   int rank_;
   int size_;
   std::unique_ptr<Backend> gloo_;     // the whole group
-  std::unique_ptr<Backend> leaders_;  // one rank per host, on host leaders only (several hosts)
+  // Several hosts: striped, the ranks of this rank's index on every host (its lane); else one rank
+  // per host, on host leaders only.
+  std::unique_ptr<Backend> across_;
   std::unique_ptr<HostCollectives> host_;  // this host's ranks (when more than one)
   bool single_host_;
+  bool striped_;
 };
 
 }  // namespace
@@ -129,17 +146,21 @@ std::unique_ptr<Backend> make_cpu_backend(const BackendContext& ctx) {
   const GlooPlacement placement{.one_network = shm::one_network(ids)};
   auto gloo = make_gloo_backend(ctx, placement);
   if (!plan.shm) return gloo;
-  std::unique_ptr<Backend> leaders;
-  if (!plan.single_host() && plan.local == 0) {
-    BackendContext leader_ctx{std::make_shared<PrefixStore>("leaders", ctx.store), plan.host,
+  // Across hosts, every host with the same number L > 1 of ranks: L lanes (local index l of every
+  // host), all ranks taking part. Otherwise one rank per host carries the host's whole buffer.
+  const bool striped = !plan.single_host() && shm::equal_hosts(plan) && plan.my_host().size() > 1;
+  std::unique_ptr<Backend> across;
+  if (!plan.single_host() && (striped || plan.local == 0)) {
+    const std::string prefix = striped ? "lane" + std::to_string(plan.local) : "leaders";
+    BackendContext across_ctx{std::make_shared<PrefixStore>(prefix, ctx.store), plan.host,
                               static_cast<int>(plan.hosts.size()), ctx.timeout, ctx.master_addr};
-    leaders = make_gloo_backend(leader_ctx, placement);
+    across = make_gloo_backend(across_ctx, placement);
   }
   if (plan.my_host().size() < 2) host.reset();
   log(LogLevel::Debug, "rank ", ctx.rank, ": shared memory with ", plan.my_host().size(), " ranks on this host, ",
-      plan.hosts.size(), " host(s)");
-  return std::make_unique<CpuBackend>(ctx.rank, ctx.size, std::move(gloo), std::move(leaders), std::move(host),
-                                      plan.single_host());
+      plan.hosts.size(), " host(s)", striped ? ", all_reduce striped over every rank's lane" : "");
+  return std::make_unique<CpuBackend>(ctx.rank, ctx.size, std::move(gloo), std::move(across), std::move(host),
+                                      plan.single_host(), striped);
 }
 
 }  // namespace ddp::detail

@@ -61,36 +61,12 @@ void HostCollectives::reduce_to(Buffer data, ReduceOp op, int root, Deadline dea
     return;
   }
 
-  // Shares of whole 64-byte lines, one per rank (the last ones may be short or empty).
-  const std::size_t align = std::max<std::size_t>(1, 64 / e);
-  const std::size_t share = ceil_div(ceil_div(count, static_cast<std::size_t>(n)), align) * align;
-  const std::size_t per_chunk = layout_.chunk / e;
-  const std::size_t rounds = ceil_div(share, per_chunk);
-  // Round j's piece of share q: [begin, begin + length) in elements.
-  auto piece = [&](int q, std::size_t j, std::size_t& length) {
-    const std::size_t share_begin = std::min(count, static_cast<std::size_t>(q) * share);
-    const std::size_t share_end = std::min(count, share_begin + share);
-    const std::size_t begin = std::min(share_end, share_begin + j * per_chunk);
-    length = std::min(share_end, begin + per_chunk) - begin;
-    return begin;
-  };
-
+  const std::size_t rounds = this->rounds(count, data.dtype);
   for (std::size_t j = 0; j < rounds; ++j) {
-    // Step A: the other shares' chunks in; this share's chunk reduced from everyone's.
-    const std::uint32_t a = sync_.next_step();
-    sync_.ready_to_write(a, deadline, what);
-    char* mine = slot(me, a);
-    for (int q = 0; q < n; ++q) {
-      if (q == me) continue;
-      std::size_t length;
-      const std::size_t begin = piece(q, j, length);
-      copy(mine + q * layout_.chunk, base + begin * e, length * e);
-    }
-    sync_.publish(a);
-    sync_.wait_all(a, deadline, what);
+    // Step A: the other shares' chunks in, this share's chunk's sources (srcs_) from everyone's.
+    step_a(data, j, deadline, what);
     std::size_t length;
-    const std::size_t begin = piece(me, j, length);
-    for (int p = 0; p < n; ++p) srcs_[p] = p == me ? base + begin * e : slot(p, a) + me * layout_.chunk;
+    const std::size_t begin = piece(count, data.dtype, me, j, length);
     // Step B: the reduced chunk goes out through this rank's other buffer (everyone is past step
     // A - 1, so that buffer is free) and, where this rank keeps the result, into its own data.
     const std::uint32_t b = sync_.next_step();
@@ -102,8 +78,82 @@ void HostCollectives::reduce_to(Buffer data, ReduceOp op, int root, Deadline dea
     for (int q = 0; q < n; ++q) {
       if (q == me) continue;
       std::size_t len;
-      const std::size_t at = piece(q, j, len);
+      const std::size_t at = piece(count, data.dtype, q, j, len);
       copy(base + at * e, slot(q, b) + q * layout_.chunk, len * e);
+    }
+  }
+}
+
+HostCollectives::Share share_of(std::size_t count, DataType dtype, int ranks, int index) {
+  const std::size_t align = std::max<std::size_t>(1, 64 / element_size(dtype));
+  const std::size_t share = ceil_div(ceil_div(count, static_cast<std::size_t>(ranks)), align) * align;
+  const std::size_t begin = std::min(count, static_cast<std::size_t>(index) * share);
+  return {begin, std::min(count, begin + share) - begin};
+}
+
+HostCollectives::Share HostCollectives::share(std::size_t count, DataType dtype, int index) const {
+  return share_of(count, dtype, size(), index);
+}
+
+std::size_t HostCollectives::rounds(std::size_t count, DataType dtype) const {
+  return ceil_div(share(count, dtype, 0).length, layout_.chunk / element_size(dtype));
+}
+
+std::size_t HostCollectives::piece(std::size_t count, DataType dtype, int q, std::size_t j, std::size_t& length) const {
+  const Share s = share(count, dtype, q);
+  const std::size_t per_chunk = layout_.chunk / element_size(dtype);
+  const std::size_t begin = std::min(s.begin + s.length, s.begin + j * per_chunk);
+  length = std::min(s.begin + s.length, begin + per_chunk) - begin;
+  return begin;
+}
+
+void HostCollectives::step_a(Buffer data, std::size_t j, Deadline deadline, const char* what) {
+  const int n = size(), me = rank();
+  const std::size_t e = element_size(data.dtype);
+  char* base = static_cast<char*>(data.data);
+  const std::uint32_t a = sync_.next_step();
+  sync_.ready_to_write(a, deadline, what);
+  char* mine = slot(me, a);
+  for (int q = 0; q < n; ++q) {
+    if (q == me) continue;
+    std::size_t length;
+    const std::size_t begin = piece(data.count, data.dtype, q, j, length);
+    copy(mine + q * layout_.chunk, base + begin * e, length * e);
+  }
+  sync_.publish(a);
+  sync_.wait_all(a, deadline, what);
+  std::size_t length;
+  const std::size_t begin = piece(data.count, data.dtype, me, j, length);
+  for (int p = 0; p < n; ++p) srcs_[p] = p == me ? base + begin * e : slot(p, a) + me * layout_.chunk;
+}
+
+void HostCollectives::reduce_share(Buffer data, ReduceOp op, Deadline deadline) {
+  const std::size_t e = element_size(data.dtype), rounds = this->rounds(data.count, data.dtype);
+  char* base = static_cast<char*>(data.data);
+  for (std::size_t j = 0; j < rounds; ++j) {
+    step_a(data, j, deadline, "all_reduce");
+    std::size_t length;
+    const std::size_t begin = piece(data.count, data.dtype, rank(), j, length);
+    if (length > 0) shm::reduce(base + begin * e, nullptr, srcs_.data(), size(), length, data.dtype, op);
+  }
+}
+
+void HostCollectives::gather_shares(Buffer data, Deadline deadline) {
+  const int n = size(), me = rank();
+  const std::size_t e = element_size(data.dtype), rounds = this->rounds(data.count, data.dtype);
+  char* base = static_cast<char*>(data.data);
+  for (std::size_t j = 0; j < rounds; ++j) {
+    const std::uint32_t s = sync_.next_step();
+    sync_.ready_to_write(s, deadline, "all_reduce");
+    std::size_t length;
+    const std::size_t begin = piece(data.count, data.dtype, me, j, length);
+    copy(slot(me, s), base + begin * e, length * e);
+    sync_.publish(s);
+    sync_.wait_all(s, deadline, "all_reduce");
+    for (int q = 0; q < n; ++q) {
+      if (q == me) continue;
+      const std::size_t at = piece(data.count, data.dtype, q, j, length);
+      copy(base + at * e, slot(q, s), length * e);
     }
   }
 }

@@ -12,6 +12,9 @@
 //   broadcast           the root copies a slot-sized piece in per step, the others copy it out.
 //   all_gather          every rank copies a piece of its input in per step, and everyone's out.
 //   barrier             one step without data.
+//   reduce_share,       the two halves of all_reduce's large path, for an all_reduce across hosts
+//   gather_shares       (cpu_backend.cpp): step A alone leaves each rank its own share reduced over
+//                       the host, in place; gather_shares then copies every rank's share to all.
 //
 // Buffers alternate per step, so a rank runs up to one step ahead of the slowest one.
 #pragma once
@@ -49,11 +52,27 @@ class HostCollectives {
   void all_gather(Buffer input, Buffer output, Deadline deadline);
   void barrier(Deadline deadline);
 
+  // Rank `index`'s share of a buffer (share_of below).
+  struct Share {
+    std::size_t begin = 0, length = 0;
+  };
+  Share share(std::size_t count, DataType dtype, int index) const;
+  // Leaves this rank's share of `data` reduced over the host's ranks; the rest of `data` is
+  // unspecified until gather_shares.
+  void reduce_share(Buffer data, ReduceOp op, Deadline deadline);
+  // Copies every rank's share of `data` into everyone's `data`.
+  void gather_shares(Buffer data, Deadline deadline);
+
   // Wakes and fails every peer's current and later waits (see Sync::abort).
   void abort() noexcept { sync_.abort(); }
 
  private:
   void reduce_to(Buffer data, ReduceOp op, int root, Deadline deadline, const char* what);  // root -1: every rank
+  // The large path's rounds of one chunk per share, round j's piece of share q, and its step A:
+  // the other shares' pieces copied in, srcs_ pointed at everyone's copy of this rank's piece.
+  std::size_t rounds(std::size_t count, DataType dtype) const;
+  std::size_t piece(std::size_t count, DataType dtype, int q, std::size_t j, std::size_t& length) const;
+  void step_a(Buffer data, std::size_t j, Deadline deadline, const char* what);
   char* slot(int rank, std::uint32_t step) const { return layout_.slot(segment_.data(), rank, step & 1); }
 
   Segment segment_;
@@ -62,5 +81,10 @@ class HostCollectives {
   std::size_t small_bytes_;
   std::vector<const void*> srcs_;  // scratch: one source per rank
 };
+
+// Rank `index`'s share of a buffer of `count` elements of `dtype` cut among `ranks`, as
+// [begin, begin + length) in elements: whole 64-byte lines, one share per rank in rank order (the
+// last ones may be short or empty). Pure: every rank computes every share alike.
+HostCollectives::Share share_of(std::size_t count, DataType dtype, int ranks, int index);
 
 }  // namespace ddp::detail::shm

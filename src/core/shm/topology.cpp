@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 
@@ -72,6 +73,11 @@ Plan make_plan(const std::vector<Identity>& ids, int rank) {
   for (const auto& h : plan.hosts) shared = shared || h.size() > 1;
   plan.shm = enabled && shared;
   return plan;
+}
+
+bool equal_hosts(const Plan& plan) {
+  return std::all_of(plan.hosts.begin(), plan.hosts.end(),
+                     [&](const std::vector<int>& h) { return h.size() == plan.hosts.front().size(); });
 }
 
 }  // namespace ddp::detail::shm

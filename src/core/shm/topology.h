@@ -44,4 +44,7 @@ struct Plan {
 
 Plan make_plan(const std::vector<Identity>& ids, int rank);
 
+// True when every host of the plan has the same number of ranks.
+bool equal_hosts(const Plan& plan);
+
 }  // namespace ddp::detail::shm

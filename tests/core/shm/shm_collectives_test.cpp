@@ -109,9 +109,10 @@ TEST(ShmHierarchy, AllReduceAcrossHostsMatchesTheReference) {
     std::vector<std::string> hosts;  // per rank
   };
   const Case cases[] = {
-      {5, {"a", "a", "a", "b", "b"}},  // contiguous hosts
-      {4, {"a", "b", "a", "b"}},       // interleaved: host leaders are ranks 0 and 1
+      {5, {"a", "a", "a", "b", "b"}},  // contiguous hosts of unequal sizes: through host leaders
+      {4, {"a", "b", "a", "b"}},       // interleaved, equal hosts: striped, lanes {0, 1} and {2, 3}
       {3, {"a", "a", "b"}},            // a host with a single rank
+      {6, {"a", "a", "a", "b", "b", "b"}},  // striped over three lanes (shares of odd sizes)
   };
   for (const auto& c : cases) {
     test::run_ranks(c.world, [](int, int) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "reduce/half.h"
+#include "shm/host_collectives.h"
 #include "shm/kernels.h"
 #include "shm/layout.h"
 #include "ddp/error.h"
@@ -225,6 +226,32 @@ TEST(ShmPlan, OffWhenAnyRankDisablesItOrNoHostHasTwoRanks) {
   std::vector<Identity> together = {{true, 1, "a"}, {true, 2, "a"}};
   EXPECT_TRUE(make_plan(together, 1).shm);
   EXPECT_TRUE(make_plan(together, 1).single_host());
+}
+
+TEST(ShmPlan, EqualHostsAreStripedAndUnequalOnesAreNot) {
+  // Across hosts, all_reduce is striped over every rank's lane only when each host has as many ranks.
+  std::vector<Identity> two_by_two = {{true, 1, "a"}, {true, 2, "b"}, {true, 3, "a"}, {true, 4, "b"}};
+  EXPECT_TRUE(equal_hosts(make_plan(two_by_two, 0)));
+  std::vector<Identity> three_and_two = {{true, 1, "a"}, {true, 2, "a"}, {true, 3, "a"}, {true, 4, "b"}, {true, 5, "b"}};
+  EXPECT_FALSE(equal_hosts(make_plan(three_and_two, 0)));
+}
+
+TEST(ShmShares, TileTheBufferInRankOrderOnWholeLines) {
+  for (DataType dtype : {DataType::Float32, DataType::Float64, DataType::Int8, DataType::Float16}) {
+    const std::size_t line = 64 / element_size(dtype);
+    for (int ranks : {1, 2, 3, 4, 7}) {
+      for (std::size_t count : {std::size_t{0}, std::size_t{1}, line - 1, line, 3 * line + 5, std::size_t{100003}}) {
+        std::size_t next = 0;
+        for (int r = 0; r < ranks; ++r) {
+          const auto s = share_of(count, dtype, ranks, r);
+          EXPECT_EQ(s.begin, next) << "rank " << r << " of " << ranks << ", count " << count;
+          if (s.begin + s.length < count) EXPECT_EQ(s.length % line, 0u) << "a share ends mid-line";
+          next = s.begin + s.length;
+        }
+        EXPECT_EQ(next, count) << ranks << " ranks, count " << count;
+      }
+    }
+  }
 }
 
 TEST(ShmIdentity, RoundTripsAndRejectsJunk) {
