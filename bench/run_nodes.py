@@ -145,10 +145,10 @@ def step_table(args, nodes, world):
     print("|---|---|---|---|")
     for model in args.models:
         common = ["--model", model, "--steps", str(args.steps)]
+        ddp_step = os.path.join(args.step_build or args.build, "bench", "ddp_step_bench")
         ours, theirs = [], []
         for _ in range(args.rounds):
-            ours.append(float(run_ranks_output([os.path.join(args.build, "bench", "ddp_step_bench")] + common,
-                                               world, None, 3600, nodes)))
+            ours.append(float(run_ranks_output([ddp_step] + common, world, None, 3600, nodes)))
             theirs.append(float(run_ranks_output(["/usr/bin/python3", os.path.join(HERE, "torch_ddp_step.py")]
                                                  + common, world, None, 3600, nodes)))
         a, b = statistics.median(ours), statistics.median(theirs)
@@ -169,6 +169,8 @@ def main():
     parser.add_argument("--models", nargs="*", default=["mlp", "cnn"], help="DDP step models (none: skip)")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--baseline", help="another build dir whose all_reduce runs beside this one (before/after)")
+    parser.add_argument("--step-build", help="the build dir of the DDP step's ddp_step_bench (default: --build; a "
+                        "build without LibTorch has none)")
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("run_nodes.py makes network namespaces: run it as root")
