@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Side-by-side float32 all_reduce benchmark: ddp through shared memory (the default on one host),
-ddp over plain gloo (DDP_SHM=0), PyTorch's own torch.distributed gloo, and MPI_Allreduce of Open MPI
-and MPICH (mpi_allreduce_bench.c, compiled here with each one's mpicc; shared memory between the
-ranks of one host, as ddp's), at several world sizes, in one run, with this machine's single-core memcpy bandwidth as a yardstick. Prints markdown
-tables in the style of nccl-tests (time, algbw, busbw) for docs/BENCHMARKS.md.
+"""Side-by-side float32 all_reduce benchmark: ddp through shared memory (the default on one host), ddp
+over plain gloo (DDP_SHM=0), PyTorch's own torch.distributed gloo, and MPI_Allreduce of Open MPI and
+MPICH (mpi_allreduce_bench.c, compiled here with each one's mpicc; shared memory between the ranks
+of one host, as ddp's), at several world sizes, in one run, with this machine's single-core memcpy
+bandwidth as a yardstick. Prints markdown tables in the style of nccl-tests (time, algbw, busbw) for
+docs/BENCHMARKS.md.
 
     /usr/bin/python3 bench/run_allreduce.py --build build [--worlds 2 4] [--max-bytes 268435456] [--rounds 2]
                                              [--baseline OTHER_BUILD]
@@ -79,7 +80,8 @@ def run_ranks(command, world, extra_env, timeout, placement=None):
 # name, mpicc, mpirun and its arguments: every rank on this host, unbound (ddp's ranks are not pinned
 # either), over each MPI's shared-memory transport.
 MPIS = [
-    ("Open MPI", "mpicc.openmpi", ["mpirun.openmpi", "--bind-to", "none", "--oversubscribe", "--mca", "btl", "self,vader"]),
+    ("Open MPI", "mpicc.openmpi",
+     ["mpirun.openmpi", "--bind-to", "none", "--oversubscribe", "--mca", "btl", "self,vader"]),
     ("MPICH", "mpicc.mpich", ["mpiexec.mpich"]),
 ]
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMPI_MCA_plm": "isolated"}
