@@ -82,21 +82,18 @@ Split split(const std::vector<at::Tensor>& gradients, const PowerSGDOptions& opt
     s.numel_before += numel;
     if (const std::int64_t r = compression_rank(g.sizes(), options)) {
       const std::int64_t n = g.size(0), m = numel / n;
-      const std::int64_t compressed = (n + m) * r;
-      {
-        at::Tensor matrix = g.view({n, m});
-        auto same = std::find_if(s.by_shape.begin(), s.by_shape.end(),
-                                 [&](const auto& group) { return group.front().sizes() == matrix.sizes(); });
-        if (same == s.by_shape.end()) {
-          s.by_shape.push_back({matrix});
-        } else {
-          same->push_back(matrix);
-        }
-        s.p_size += n * r;
-        s.q_size += m * r;
-        s.numel_after += compressed;
-        continue;
+      at::Tensor matrix = g.view({n, m});
+      auto same = std::find_if(s.by_shape.begin(), s.by_shape.end(),
+                               [&](const auto& group) { return group.front().sizes() == matrix.sizes(); });
+      if (same == s.by_shape.end()) {
+        s.by_shape.push_back({matrix});
+      } else {
+        same->push_back(matrix);
       }
+      s.p_size += n * r;
+      s.q_size += m * r;
+      s.numel_after += (n + m) * r;
+      continue;
     }
     s.uncompressed.push_back(g);
     s.numel_after += numel;
@@ -209,15 +206,17 @@ std::vector<std::size_t> match(const Shapes& before, const Shapes& now, std::siz
 // the order of split() and lay_out(), same-shaped matrices grouped where the shape first appears.
 std::vector<std::pair<std::int64_t, std::int64_t>> q_slots(const Shapes& shapes, const PowerSGDOptions& options) {
   std::vector<std::pair<std::int64_t, std::int64_t>> slots(shapes.size(), {0, 0});
+  auto matrix = [&](std::size_t k) {  // n x m, as split() views it
+    return std::pair{shapes[k][0], c10::multiply_integers(shapes[k]) / shapes[k][0]};
+  };
   std::vector<bool> placed(shapes.size(), false);
   std::int64_t offset = 0;
   for (std::size_t first = 0; first < shapes.size(); ++first) {
     if (placed[first] || compression_rank(shapes[first], options) == 0) continue;
     for (std::size_t k = first; k < shapes.size(); ++k) {
-      if (placed[k] || shapes[k] != shapes[first]) continue;
+      if (placed[k] || compression_rank(shapes[k], options) == 0 || matrix(k) != matrix(first)) continue;
       placed[k] = true;
-      const std::int64_t m = c10::multiply_integers(shapes[k]) / shapes[k][0];
-      slots[k] = {offset, m * compression_rank(shapes[k], options)};
+      slots[k] = {offset, matrix(k).second * compression_rank(shapes[k], options)};
       offset += slots[k].second;
     }
   }

@@ -192,8 +192,9 @@ TEST(PowerSgdTraining, StateOfOtherBucketsIsAClearError) {
 TEST(PowerSgdTraining, ParametersInAnotherOrderKeepTheirErrorAndQ) {
   run_ranks(1, [](int, int) {
     init_process_group("gloo", {.timeout = 30s});
-    const std::vector<std::vector<std::int64_t>> shapes = {{8, 8}, {8}, {4, 6}};
-    const std::vector<std::size_t> order = {2, 1, 0};  // the new order
+    // {4, 6} and {4, 2, 3} are both 4 x 6 matrices: their Qs lie side by side (grouped by shape).
+    const std::vector<std::vector<std::int64_t>> shapes = {{8, 8}, {8}, {4, 6}, {4, 2, 3}};
+    const std::vector<std::size_t> order = {3, 1, 0, 2};  // the new order
     auto gradient = [](int step, std::size_t k) {
       return torch::sin(torch::arange(1, 65, torch::kFloat32) * (0.3 + 0.1 * step + 0.7 * k));
     };
