@@ -1,0 +1,380 @@
+// The PowerSGD hook: PyTorch 1.13's powerSGD_hook step for step (the same tensor operations in the
+// same order, so that its results match PyTorch's to rounding and its random Qs to the bit).
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "comm_hooks/powersgd_access.h"
+#include "ddp/error.h"
+#include "ddp/torch/collectives.h"
+#include "ddp/torch/powersgd.h"
+#include "util/strings.h"
+
+namespace ddp::comm_hooks {
+namespace {
+
+using detail::cat;
+
+// PyTorch's _orthogonalize: Gram-Schmidt on each matrix's columns for rank <= 2 or 16-bit
+// floats, QR otherwise. `matrices` is batch x rows x rank, orthogonalized in place.
+void orthogonalize(const at::Tensor& matrices, double epsilon) {
+  const std::int64_t cols = matrices.size(2);
+  const bool half = matrices.scalar_type() == at::kHalf || matrices.scalar_type() == at::kBFloat16;
+  if (cols > 2 && !half) {
+    matrices.copy_(std::get<0>(at::linalg_qr(matrices)));
+    return;
+  }
+  for (std::int64_t i = 0; i < cols; ++i) {
+    at::Tensor col = matrices.narrow(2, i, 1);
+    at::Tensor norm = at::frobenius_norm(col, {1}, true);
+    if (epsilon != 0) norm = norm + epsilon;
+    col.div_(norm);  // a zero column becomes NaN with epsilon 0, as in PyTorch
+    if (i + 1 < cols) {
+      at::Tensor rest = matrices.narrow(2, i + 1, cols - i - 1);
+      rest.sub_(at::sum(col * rest, {1}, true) * col);
+    }
+  }
+}
+
+// Views of the bucket's buffer shaped like its parameters (the reducer lays the gradients out one
+// after another in parameter order: reducer/bucket.cpp), as PyTorch's GradBucket.gradients().
+std::vector<at::Tensor> gradients(const GradBucket& bucket) {
+  std::vector<at::Tensor> views;
+  std::int64_t offset = 0;
+  for (const auto& p : bucket.parameters()) {
+    views.push_back(bucket.buffer().narrow(0, offset, p.numel()).view(p.sizes()));
+    offset += p.numel();
+  }
+  return views;
+}
+
+// One matrix (or a stack of same-shaped ones) to compress, with its P and Q in the bucket's memory.
+struct Compressed {
+  at::Tensor matrices;            // batch x n x m: a view of the bucket, or a stack of copies
+  std::vector<at::Tensor> stacked;  // with a stack: the bucket's views it was copied from
+  at::Tensor p, q;                // batch x n x r, batch x m x r
+};
+
+// The bucket's gradients split as PyTorch's hook splits them, in its order: matrices to compress
+// grouped by shape (in the order each shape first appears), the rest in bucket order.
+struct Split {
+  std::vector<std::vector<at::Tensor>> by_shape;
+  std::vector<at::Tensor> uncompressed;
+  std::int64_t p_size = 0, q_size = 0, numel_before = 0, numel_after = 0;
+};
+
+// The rank a gradient of this shape is compressed at (viewed as n x m), 0 when it is not.
+std::int64_t compression_rank(at::IntArrayRef shape, const PowerSGDOptions& options) {
+  if (shape.size() < 2) return 0;
+  const std::int64_t numel = c10::multiply_integers(shape);
+  if (numel == 0) return 0;
+  const std::int64_t n = shape[0], m = numel / n;
+  const std::int64_t r = std::min<std::int64_t>({n, m, options.matrix_approximation_rank});
+  return static_cast<double>((n + m) * r) * options.min_compression_rate < static_cast<double>(numel) ? r : 0;
+}
+
+Split split(const std::vector<at::Tensor>& gradients, const PowerSGDOptions& options) {
+  Split s;
+  for (const auto& g : gradients) {
+    const std::int64_t numel = g.numel();
+    s.numel_before += numel;
+    if (const std::int64_t r = compression_rank(g.sizes(), options)) {
+      const std::int64_t n = g.size(0), m = numel / n;
+      at::Tensor matrix = g.view({n, m});
+      auto same = std::find_if(s.by_shape.begin(), s.by_shape.end(),
+                               [&](const auto& group) { return group.front().sizes() == matrix.sizes(); });
+      if (same == s.by_shape.end()) {
+        s.by_shape.push_back({matrix});
+      } else {
+        same->push_back(matrix);
+      }
+      s.p_size += n * r;
+      s.q_size += m * r;
+      s.numel_after += (n + m) * r;
+      continue;
+    }
+    s.uncompressed.push_back(g);
+    s.numel_after += numel;
+  }
+  return s;
+}
+
+// The compressed matrices with their P and Q carved out of `p_memory` and `q_memory` in order.
+std::vector<Compressed> lay_out(const Split& s, bool batch, int rank, const at::Tensor& p_memory,
+                                const at::Tensor& q_memory) {
+  std::vector<Compressed> out;
+  auto add = [&](at::Tensor matrices, std::vector<at::Tensor> stacked) {
+    out.push_back({std::move(matrices), std::move(stacked), {}, {}});
+  };
+  for (const auto& group : s.by_shape) {
+    if (batch && group.size() > 1) {
+      add(at::stack(group), group);
+    } else {
+      for (const auto& m : group) add(m.unsqueeze(0), {});
+    }
+  }
+  std::int64_t p_at = 0, q_at = 0;
+  for (auto& c : out) {
+    const std::int64_t b = c.matrices.size(0), n = c.matrices.size(1), m = c.matrices.size(2);
+    const std::int64_t r = std::min<std::int64_t>({n, m, rank});
+    c.p = p_memory.narrow(0, p_at, b * n * r).view({b, n, r});
+    c.q = q_memory.narrow(0, q_at, b * m * r).view({b, m, r});
+    p_at += b * n * r;
+    q_at += b * m * r;
+  }
+  return out;
+}
+
+// A memorized tensor (perhaps from a checkpoint) on the bucket's device; it must fit the bucket.
+at::Tensor& fitted(at::Tensor& memorized, std::int64_t numel, const at::Tensor& like, const char* what,
+                   std::size_t bucket) {
+  if (memorized.numel() != numel) {
+    throw Error(cat("powersgd: the memorized ", what, " of bucket ", bucket, " has ", memorized.numel(),
+                    " elements but the bucket needs ", numel, "; the buckets changed since it was memorized (a "
+                    "checkpoint's PowerSGD state from another model or bucket_cap_mb?)"));
+  }
+  if (memorized.device() != like.device() || memorized.scalar_type() != like.scalar_type()) {
+    memorized = memorized.to(like.options());
+  }
+  return memorized;
+}
+
+using Shapes = std::vector<std::vector<std::int64_t>>;
+
+Shapes shapes_of(const GradBucket& bucket) {
+  Shapes shapes;
+  for (const auto& p : bucket.parameters()) shapes.emplace_back(p.sizes().begin(), p.sizes().end());
+  return shapes;
+}
+
+at::Tensor encode(const Shapes& shapes) {
+  std::vector<std::int64_t> flat;
+  for (const auto& shape : shapes) {
+    flat.push_back(static_cast<std::int64_t>(shape.size()));
+    flat.insert(flat.end(), shape.begin(), shape.end());
+  }
+  return at::tensor(flat, at::kLong);
+}
+
+// The inverse of encode, for a tensor that may come from a damaged checkpoint.
+Shapes decode(const at::Tensor& encoded, std::size_t bucket) {
+  at::Tensor flat = encoded.to(at::kLong).contiguous().view({-1});
+  const auto* v = flat.data_ptr<std::int64_t>();
+  const std::int64_t total = flat.numel();
+  Shapes shapes;
+  for (std::int64_t at = 0; at < total;) {
+    const std::int64_t dims = v[at++];
+    if (dims < 0 || dims > total - at) {
+      throw Error(cat("powersgd: the memorized layout of bucket ", bucket,
+                      " is damaged; load a checkpoint written by PowerSGDState::save"));
+    }
+    shapes.emplace_back(v + at, v + at + dims);
+    at += dims;
+  }
+  return shapes;
+}
+
+std::string describe(const Shapes& shapes) {
+  std::string out;
+  for (const auto& shape : shapes) out += cat(out.empty() ? "" : " ", at::IntArrayRef(shape));
+  return out;
+}
+
+// For each parameter of `now`, the position in `before` of the one it continues: equal shapes,
+// same-shaped parameters in their order. Throws when the shapes differ.
+std::vector<std::size_t> match(const Shapes& before, const Shapes& now, std::size_t bucket) {
+  std::vector<bool> taken(before.size(), false);
+  std::vector<std::size_t> from;
+  for (const auto& shape : now) {
+    std::size_t k = 0;
+    while (k < before.size() && (taken[k] || before[k] != shape)) ++k;
+    if (k == before.size() || before.size() != now.size()) {
+      throw Error(cat("powersgd: bucket ", bucket, " holds parameters of shapes ", describe(now),
+                      " but its memorized error and Q are for ", describe(before),
+                      "; the buckets changed since they were memorized (a checkpoint's PowerSGD state from another "
+                      "model or bucket_cap_mb?)"));
+    }
+    taken[k] = true;
+    from.push_back(k);
+  }
+  return from;
+}
+
+// Where each parameter's Q lies in a bucket's Q memory ({offset, numel}; numel 0: not compressed):
+// the order of split() and lay_out(), same-shaped matrices grouped where the shape first appears.
+std::vector<std::pair<std::int64_t, std::int64_t>> q_slots(const Shapes& shapes, const PowerSGDOptions& options) {
+  std::vector<std::pair<std::int64_t, std::int64_t>> slots(shapes.size(), {0, 0});
+  auto matrix = [&](std::size_t k) {  // n x m, as split() views it
+    return std::pair{shapes[k][0], c10::multiply_integers(shapes[k]) / shapes[k][0]};
+  };
+  std::vector<bool> placed(shapes.size(), false);
+  std::int64_t offset = 0;
+  for (std::size_t first = 0; first < shapes.size(); ++first) {
+    if (placed[first] || compression_rank(shapes[first], options) == 0) continue;
+    for (std::size_t k = first; k < shapes.size(); ++k) {
+      if (placed[k] || compression_rank(shapes[k], options) == 0 || matrix(k) != matrix(first)) continue;
+      placed[k] = true;
+      slots[k] = {offset, matrix(k).second * compression_rank(shapes[k], options)};
+      offset += slots[k].second;
+    }
+  }
+  return slots;
+}
+
+// Rearranges bucket `index`'s memorized error and Q from the parameter order they were memorized
+// in to the bucket's present order (DDP's initial buckets differ from its rebuilt ones, and a run
+// resumed from a checkpoint starts with its initial buckets); then records the present order.
+void follow_layout(PowerSGDState& state, std::size_t index, const Shapes& now) {
+  auto& layouts = PowerSGDAccess::layout(state);
+  auto found = layouts.find(index);
+  if (found != layouts.end()) {
+    const Shapes before = decode(found->second, index);
+    if (before != now) {
+      const std::vector<std::size_t> from = match(before, now, index);
+      auto& errors = PowerSGDAccess::error(state);
+      if (auto e = errors.find(index); e != errors.end()) {
+        std::vector<std::int64_t> offsets{0};
+        for (const auto& shape : before) offsets.push_back(offsets.back() + c10::multiply_integers(shape));
+        if (e->second.numel() == offsets.back()) {
+          std::vector<at::Tensor> parts;
+          for (std::size_t k : from) parts.push_back(e->second.narrow(0, offsets[k], offsets[k + 1] - offsets[k]));
+          e->second = at::cat(parts);
+        }
+      }
+      auto& qs = PowerSGDAccess::q(state);
+      if (auto q = qs.find(index); q != qs.end()) {
+        const auto old_slots = q_slots(before, state.options()), new_slots = q_slots(now, state.options());
+        const std::int64_t total = old_slots.empty() ? 0 : q->second.numel();
+        at::Tensor moved = at::empty_like(q->second);
+        bool fits = true;
+        for (std::size_t k = 0; k < now.size(); ++k) {
+          const auto [to_at, size] = new_slots[k];
+          const auto [from_at, from_size] = old_slots[from[k]];
+          fits = fits && from_at + from_size <= total && to_at + size <= total;
+          if (size > 0 && fits) moved.narrow(0, to_at, size).copy_(q->second.narrow(0, from_at, size));
+        }
+        if (fits) q->second = moved;  // otherwise the size check names the misfit
+      }
+    }
+  }
+  layouts[index] = encode(now);
+}
+
+void count_iteration(PowerSGDState& state, const GradBucket& bucket) {
+  if (bucket.is_last()) ++PowerSGDAccess::iter(state);
+}
+
+std::shared_ptr<Future> compress(const std::shared_ptr<PowerSGDState>& state_ptr, GradBucket& bucket) {
+  PowerSGDState& state = *state_ptr;
+  const PowerSGDOptions& options = state.options();
+  const std::size_t index = bucket.index();
+  const auto& group = bucket.process_group();
+  const int world = group->size();
+  at::Tensor input = bucket.buffer();
+
+  follow_layout(state, index, shapes_of(bucket));
+  at::Tensor input_copy;
+  if (options.use_error_feedback) {
+    auto& errors = PowerSGDAccess::error(state);
+    auto found = errors.find(index);
+    if (found != errors.end()) {
+      input.add_(fitted(found->second, input.numel(), input, "error", index));
+    } else {
+      errors[index] = at::zeros_like(input);
+    }
+    input_copy = input.clone();
+  }
+
+  Split s = split(gradients(bucket), options);
+  PowerSGDAccess::numel_before(state) += s.numel_before;
+  PowerSGDAccess::numel_after(state) += s.numel_after;
+
+  std::vector<at::Tensor> flat;
+  for (const auto& t : s.uncompressed) flat.push_back(t.view({-1}));
+  at::Tensor uncompressed = flat.empty() ? at::empty({0}, input.options()) : at::cat(flat);
+
+  auto& ps = PowerSGDAccess::p(state);
+  auto& qs = PowerSGDAccess::q(state);
+  const bool fresh = !options.warm_start || ps.find(index) == ps.end();
+  if (fresh) {
+    ps[index] = at::empty({s.p_size}, input.options());
+    qs[index] = at::empty({s.q_size}, input.options());
+  }
+  at::Tensor p_memory = fitted(ps[index], s.p_size, input, "P", index);
+  at::Tensor q_memory = fitted(qs[index], s.q_size, input, "Q", index);
+  std::vector<Compressed> compressed =
+      lay_out(s, options.batch_tensors_with_same_shape, options.matrix_approximation_rank, p_memory, q_memory);
+
+  if (fresh) {
+    // numpy's RandomState.randint(1_000_000_000): 30 masked bits, redrawn while >= 10^9.
+    std::uint32_t seed;
+    do seed = PowerSGDAccess::rng(state)() & ((1u << 30) - 1);
+    while (seed >= 1000000000u);
+    at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(seed);
+    for (auto& c : compressed) {
+      c.q.copy_(at::randn(c.q.sizes(), generator, input.options().device(at::kCPU)));
+      orthogonalize(c.q, options.orthogonalization_epsilon);
+    }
+  } else {
+    for (auto& c : compressed) orthogonalize(c.q, options.orthogonalization_epsilon);
+  }
+  for (auto& c : compressed) at::bmm_out(c.p, c.matrices, c.q);
+
+  // Every rank issues the same collectives in the same order: this bucket's uncompressed values
+  // and P now, its Q when the end of backward waits for it (buckets in order). An empty part is
+  // empty on every rank (the same bucket), so skipping it keeps the order.
+  auto launch = [&](at::Tensor& t) { return t.numel() > 0 ? all_reduce_async(t, ReduceOp::SUM, group) : nullptr; };
+  auto uncompressed_work = launch(uncompressed);
+  auto p_work = launch(p_memory);
+  auto finish = [state_ptr, bucket_is_last = bucket.is_last(), index, group, world, input, input_copy, uncompressed,
+                 uncompressed_work, unpack = std::move(s.uncompressed), compressed = std::move(compressed),
+                 q_memory](at::Tensor /*p_memory, reduced*/) mutable {
+    PowerSGDState& state = *state_ptr;
+    const PowerSGDOptions& options = state.options();
+    if (uncompressed_work) uncompressed_work->wait();
+    uncompressed.div_(world);
+    std::int64_t at = 0;
+    for (auto& t : unpack) {
+      t.copy_(uncompressed.narrow(0, at, t.numel()).view_as(t));
+      at += t.numel();
+    }
+    // P is not divided by the world size: it is orthogonalized next.
+    for (auto& c : compressed) orthogonalize(c.p, options.orthogonalization_epsilon);
+    for (auto& c : compressed) at::bmm_out(c.q, c.matrices.transpose(1, 2), c.p);
+    if (q_memory.numel() > 0) all_reduce(q_memory, ReduceOp::SUM, group);
+    q_memory.div_(world);
+    for (auto& c : compressed) {
+      at::bmm_out(c.matrices, c.p, c.q.transpose(1, 2));
+      for (std::size_t i = 0; i < c.stacked.size(); ++i) c.stacked[i].copy_(c.matrices[static_cast<std::int64_t>(i)]);
+    }
+    if (options.use_error_feedback) PowerSGDAccess::error(state)[index] = input_copy - input;
+    if (!options.warm_start) {
+      PowerSGDAccess::p(state).clear();
+      PowerSGDAccess::q(state).clear();
+    }
+    if (bucket_is_last) ++PowerSGDAccess::iter(state);
+    return input;
+  };
+  auto work = p_work ? p_work : uncompressed_work ? uncompressed_work : Work::completed("powersgd: an empty bucket");
+  return std::make_shared<Future>(work, p_memory, std::move(finish));
+}
+
+}  // namespace
+
+CommHook powersgd(std::shared_ptr<PowerSGDState> state) {
+  if (!state) throw InvalidArgument("powersgd: the state is null; pass std::make_shared<PowerSGDState>(options)");
+  return [state = std::move(state), plain = allreduce()](GradBucket& bucket) {
+    at::NoGradGuard no_grad;
+    if (state->iter() < state->options().start_powerSGD_iter) {
+      count_iteration(*state, bucket);
+      return plain(bucket);
+    }
+    return compress(state, bucket);
+  };
+}
+
+CommHook powersgd(PowerSGDOptions options) { return powersgd(std::make_shared<PowerSGDState>(options)); }
+
+}  // namespace ddp::comm_hooks
