@@ -73,6 +73,8 @@ Flags parse_flags(const std::vector<std::string>& args) {
       f.resume = true;
     } else if (key == "--no-resume") {
       f.resume = false;
+    } else if (key == "--sync-bn") {
+      f.sync_bn = true;
     } else if (auto it = with_value.find(key); it != with_value.end()) {
       if (!inline_value) {
         if (i + 1 >= args.size()) throw std::invalid_argument(key + " needs a value");
@@ -109,5 +111,7 @@ std::string help_text(const std::string& program) {
          "  --stop-after N        stop after N optimizer steps, with a checkpoint (to try resuming)\n"
          "  --timeout SECONDS     how long a collective may wait for the other ranks before the job fails\n"
          "                        with an explanation (default 1800, as PyTorch's 30 minutes)\n"
+         "  --sync-bn             synchronize batch norm over the ranks (ddp::SyncBatchNorm): each rank normalizes\n"
+         "                        with the statistics of every rank's batch, as one process would on them all\n"
          "  --help                this text\n";
 }

@@ -22,6 +22,7 @@ struct Flags {
   std::int64_t limit_test = 0;   // use only the first N test images (0: all)
   std::int64_t stop_after = 0;   // stop (with a checkpoint) after this many optimizer steps in total
   double timeout = 1800;         // seconds any collective may take before the job fails with an explanation
+  bool sync_bn = false;          // SyncBatchNorm: batch statistics over every rank's batch
   bool help = false;
 };
 

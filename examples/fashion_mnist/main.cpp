@@ -119,8 +119,9 @@ int main(int argc, char** argv) {
     const auto test_size = flags.limit_test ? std::min<std::int64_t>(flags.limit_test, *test.size()) : *test.size();
 
     // 3. The model on its device, wrapped in DistributedDataParallel (it starts from rank 0's weights).
+    //    With --sync-bn its batch norm layers are SyncBatchNorm (PyTorch's convert_sync_batchnorm).
     torch::manual_seed(flags.seed);
-    Net net;
+    Net net(flags.sync_bn);
     net->to(device);
     ddp::DDPOptions ddp_options;
     if (device.is_cuda()) ddp_options.device_ids = {local_rank};
@@ -225,7 +226,7 @@ int main(int argc, char** argv) {
                 << ", " << device << "), " << train_size << " training and " << test_size << " test images, "
                 << flags.epochs << " epochs of " << steps_per_epoch << " steps, batch " << flags.batch_size
                 << " per rank" << (flags.accum > 1 ? " x " + std::to_string(flags.accum) + " micro-batches" : "")
-                << std::endl;
+                << (flags.sync_bn ? ", SyncBatchNorm" : "") << std::endl;
     }
     Progress progress(leader, flags.epochs, steps_per_epoch,
                       static_cast<std::int64_t>(flags.batch_size) * world * flags.accum, step);

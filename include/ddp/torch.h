@@ -1,5 +1,5 @@
 // ddp's LibTorch front: tensor collectives, DistributedDataParallel and its communication hooks,
-// DistributedSampler, the datasets and checkpoints.
+// join (uneven inputs), SyncBatchNorm, DistributedSampler, the datasets and checkpoints.
 #pragma once
 
 #include "ddp/torch/checkpoint.h"
@@ -10,3 +10,5 @@
 #include "ddp/torch/distributed_data_parallel.h"
 #include "ddp/torch/distributed_sampler.h"
 #include "ddp/torch/future.h"
+#include "ddp/torch/join.h"
+#include "ddp/torch/sync_batch_norm.h"
