@@ -120,8 +120,9 @@ class Job:
         os.makedirs(run_dir, exist_ok=True)
         self.out_path = os.path.join(run_dir, log_name + ".out")
         self.err_path = os.path.join(run_dir, log_name + ".err")
+        # --stopped_timeout: a rank stopped after the other has exited is ended as fast as a collective times out.
         argv = [args.ddprun, "--nproc_per_node=2", "--standalone", "--grace_period=%d" % args.grace,
-                *ddprun_flags, args.trainer, "--epochs", str(args.epochs), "--limit-train", str(args.limit_train),
+                "--stopped_timeout=%d" % args.timeout, *ddprun_flags, args.trainer, "--epochs", str(args.epochs), "--limit-train", str(args.limit_train),
                 "--limit-test", "500", "--checkpoint-every", "4", "--log-every", "2",
                 "--timeout", str(args.timeout), "--checkpoint-dir", run_dir]
         env = dict(os.environ, OMP_NUM_THREADS="1")

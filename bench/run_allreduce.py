@@ -5,6 +5,10 @@ in one run, with this machine's single-core memcpy bandwidth as a yardstick. Pri
 tables in the style of nccl-tests (time, algbw, busbw) for docs/BENCHMARKS.md.
 
     /usr/bin/python3 bench/run_allreduce.py --build build [--worlds 2 4] [--max-bytes 268435456] [--rounds 2]
+                                             [--baseline OTHER_BUILD]
+
+--baseline adds the same ddp columns from another build (an earlier commit's), alternated in the
+same rounds: a before/after comparison that drift cannot skew.
 
 busbw = algbw * 2(n-1)/n, the bandwidth each rank's link must sustain for a ring all_reduce.
 With --rounds R every configuration runs R times and each cell is the median.
@@ -94,6 +98,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=1, help="runs per configuration; cells are medians")
     parser.add_argument("--debug-check", action="store_true",
                         help="also time ddp with DDP_DEBUG=1 (the collective agreement check)")
+    parser.add_argument("--baseline", help="another build dir whose ddp runs beside this one (before/after)")
     args = parser.parse_args()
     sizes = ["--min-bytes", str(args.min_bytes), "--max-bytes", str(args.max_bytes), "--repeats", str(args.repeats)]
     binary = os.path.join(args.build, "bench", "allreduce_bench")
@@ -114,6 +119,9 @@ def main():
     configs = [("ddp shm", ddp_cmd, {}), ("ddp gloo", ddp_cmd, {"DDP_SHM": "0"})]
     if args.debug_check:
         configs.append(("ddp shm DDP_DEBUG=1", ddp_cmd, {"DDP_DEBUG": "1"}))
+    if args.baseline:
+        base_cmd = [os.path.join(args.baseline, "bench", "allreduce_bench")] + sizes
+        configs += [("baseline shm", base_cmd, {}), ("baseline gloo", base_cmd, {"DDP_SHM": "0"})]
     configs.append(("PyTorch gloo", torch_cmd, {}))
     for world in args.worlds:
         runs = {name: [] for name, _, _ in configs}

@@ -5,9 +5,11 @@ an MLP (784-1024-1024-10, 1.86M parameters) and PyTorch's MNIST CNN (1.2M parame
 per rank, one intra-op thread per rank, at several world sizes; plus, at world size 1, each
 framework's step without DDP (DDP's own overhead). Prints markdown tables for docs/BENCHMARKS.md.
 
-    /usr/bin/python3 bench/run_ddp_step.py --build build [--worlds 1 2 4] [--rounds 3]
+    /usr/bin/python3 bench/run_ddp_step.py --build build [--worlds 1 2 4] [--rounds 3] [--baseline OTHER_BUILD]
 
 Each configuration runs `rounds` times, alternating ddp and PyTorch; the table gives the median.
+--baseline adds the same ddp columns from another build (an earlier commit's), alternated in the
+same rounds: a before/after comparison that drift cannot skew.
 """
 import argparse
 import os
@@ -27,22 +29,33 @@ def main():
     parser.add_argument("--models", nargs="+", default=["mlp", "cnn"])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--baseline", help="another build dir whose ddp runs beside this one (before/after)")
     args = parser.parse_args()
     ddp_bin = os.path.join(args.build, "bench", "ddp_step_bench")
+    base_bin = os.path.join(args.baseline, "bench", "ddp_step_bench") if args.baseline else None
     torch_py = ["/usr/bin/python3", os.path.join(HERE, "torch_ddp_step.py")]
     for model in args.models:
         common = ["--model", model, "--steps", str(args.steps)]
         print("\n### DDP step, %s, batch 64 per rank (median ms)\n" % model)
-        print("| world size | ddp (C++) | ddp, DDP_SHM=0 | PyTorch DDP | ddp / PyTorch | ddp DDP_SHM=0 / PyTorch |")
-        print("|---|---|---|---|---|---|")
+        base_head = " baseline | baseline DDP_SHM=0 | baseline / this |" if base_bin else ""
+        print("| world size | ddp (C++) | ddp, DDP_SHM=0 | PyTorch DDP | ddp / PyTorch | ddp DDP_SHM=0 / PyTorch |"
+              + base_head)
+        print("|---|---|---|---|---|---|" + ("---|---|---|" if base_bin else ""))
         for world in args.worlds:
-            ours, gloo, theirs = [], [], []
-            for _ in range(args.rounds):  # alternated, so that drift affects all three alike
+            ours, gloo, theirs, base, base_gloo = [], [], [], [], []
+            for _ in range(args.rounds):  # alternated, so that drift affects every column alike
                 ours.append(float(run_ranks_output([ddp_bin] + common, world)))
                 gloo.append(float(run_ranks_output([ddp_bin] + common, world, {"DDP_SHM": "0"})))
                 theirs.append(float(run_ranks_output(torch_py + common, world)))
+                if base_bin:
+                    base.append(float(run_ranks_output([base_bin] + common, world)))
+                    base_gloo.append(float(run_ranks_output([base_bin] + common, world, {"DDP_SHM": "0"})))
             a, g, b = statistics.median(ours), statistics.median(gloo), statistics.median(theirs)
-            print("| %d | %.2f | %.2f | %.2f | %.2f | %.2f |" % (world, a, g, b, a / b, g / b))
+            row = "| %d | %.2f | %.2f | %.2f | %.2f | %.2f |" % (world, a, g, b, a / b, g / b)
+            if base_bin:
+                c, cg = statistics.median(base), statistics.median(base_gloo)
+                row += " %.2f | %.2f | %.2f |" % (c, cg, c / a)
+            print(row)
             sys.stdout.flush()
         if 1 in args.worlds:
             print("\n#### Overhead of DDP at world size 1, %s (median ms)\n" % model)

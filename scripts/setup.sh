@@ -12,6 +12,7 @@ PACKAGES=(
   libtorch-dev libopenblas0-openmp   # LibTorch 1.13 (CPU) and the BLAS that makes it fast
   libgloo-dev                        # the gloo backend
   zlib1g-dev                         # reading the gzip'd IDX files
+  libzip-dev                         # PyTorch's zip format for state dicts (ddp::save_state_dict)
   dataset-fashion-mnist              # the main job's data set
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-torch                      # PyTorch 1.13: the reference peer of the compatibility tests and benchmarks

@@ -1,6 +1,6 @@
 # The stages of a test run (sourced by scripts/test.sh): each stage runs even when an earlier one
 # failed (a failed build skips only the tests of that build), and the run ends with every stage's
-# result, the tests that failed, and the main CTest run's summary line last; finish_stages
+# result and time, the tests that failed, and the main CTest run's summary line last; finish_stages
 # returns non-zero when anything failed or was skipped.
 #
 #   source scripts/stages.sh
@@ -12,17 +12,23 @@ _stage_lines=()   # one result line per stage, in order
 _stage_failed=0
 _main_summary=""  # the first CTest stage's summary line
 
+# How long a stage took, from bash's SECONDS at its start: "3 min 05 s".
+_took() {
+  local s=$((SECONDS - $1))
+  printf '%d min %02d s' $((s / 60)) $((s % 60))
+}
+
 # stage NAME COMMAND...: runs COMMAND; returns its status.
 stage() {
   local name="$1"
   shift
   echo "== $name"
-  local status=0
+  local status=0 start=$SECONDS
   "$@" || status=$?
   if ((status == 0)); then
-    _stage_lines+=("$name: passed")
+    _stage_lines+=("$name: passed in $(_took "$start")")
   else
-    _stage_lines+=("$name: FAILED (exit status $status)")
+    _stage_lines+=("$name: FAILED (exit status $status) after $(_took "$start")")
     _stage_failed=1
   fi
   return "$status"
@@ -34,15 +40,15 @@ ctest_stage() {
   local name="$1" log="$2"
   shift 2
   echo "== $name"
-  local status=0
+  local status=0 start=$SECONDS
   "$@" 2>&1 | tee "$log" || status=$?  # CTest's status (pipefail: tee does not fail)
   local summary
   summary="$(grep -E "tests passed, [0-9]+ tests failed out of" "$log" | tail -n 1 || true)"
   [ -n "$_main_summary" ] || _main_summary="${summary:-$name: no CTest summary (see $log)}"
   if ((status == 0)); then
-    _stage_lines+=("$name: passed (${summary:-no summary})")
+    _stage_lines+=("$name: passed in $(_took "$start") (${summary:-no summary})")
   else
-    _stage_lines+=("$name: FAILED (${summary:-exit status $status}; log: $log)")
+    _stage_lines+=("$name: FAILED after $(_took "$start") (${summary:-exit status $status}; log: $log)")
     # CTest lists them after "The following tests FAILED:", one a line, indented.
     local failed
     failed="$(awk '/^The following tests FAILED:/ {on = 1; next} on && /^[ \t]/ {sub(/^[ \t]+/, ""); print "    " $0; next} {on = 0}' "$log")"
@@ -61,7 +67,7 @@ skip_stage() {
 }
 
 finish_stages() {
-  echo "== results"
+  echo "== results ($(_took 0) in all)"
   printf '%s\n' "${_stage_lines[@]}"
   [ -z "$_main_summary" ] || echo "$_main_summary"
   return "$_stage_failed"

@@ -18,7 +18,8 @@ else
   skip_stage "all tests" "the build failed"
 fi
 
-if stage "build with ASan+UBSan" scripts/setup.sh build-asan -DDDP_SANITIZE=address,undefined "${core_only[@]}"; then
+# The sanitizer runs build only what they run: the core tests.
+if stage "build with ASan+UBSan" scripts/setup.sh --target ddp_core_tests build-asan -DDDP_SANITIZE=address,undefined "${core_only[@]}"; then
   ctest_stage "core tests under ASan+UBSan" build-asan/ctest.log \
     env ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir build-asan -L core -j 2 --output-on-failure --timeout 600 || true
@@ -29,7 +30,7 @@ fi
 # ThreadSanitizer looks for races between the threads of one process, which world sizes 1 and 2
 # exercise as well as 5; the larger worlds of the two big collective suites, 5 to 10 times slower
 # under TSan, run in the plain and ASan runs only.
-if stage "build with TSan" scripts/setup.sh build-tsan -DDDP_SANITIZE=thread "${core_only[@]}"; then
+if stage "build with TSan" scripts/setup.sh --target ddp_core_tests build-tsan -DDDP_SANITIZE=thread "${core_only[@]}"; then
   ctest_stage "core tests under TSan" build-tsan/ctest.log \
     env TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/tsan.supp" \
     ctest --test-dir build-tsan -L core -E "$(cat tests/tsan_skip.regex)" -j 2 --output-on-failure --timeout 900 || true

@@ -47,6 +47,7 @@ Flags parse_flags(const std::vector<std::string>& args) {
       {"--data-dir", [&](auto&, auto& v) { f.data_dir = v; }},
       {"--checkpoint-dir", [&](auto&, auto& v) { f.checkpoint_dir = v; }},
       {"--out-dir", [&](auto&, auto& v) { f.out_dir = v; }},
+      {"--init-from", [&](auto&, auto& v) { f.init_from = v; }},
       {"--seed", [&](auto& k, auto& v) { f.seed = static_cast<std::uint64_t>(to_int(k, v, 0)); }},
       {"--backend", [&](auto& k, auto& v) {
          if (v != "gloo" && v != "nccl") throw std::invalid_argument(k + " is gloo or nccl, not '" + v + "'");
@@ -58,6 +59,7 @@ Flags parse_flags(const std::vector<std::string>& args) {
       {"--limit-test", [&](auto& k, auto& v) { f.limit_test = to_int(k, v, 0); }},
       {"--stop-after", [&](auto& k, auto& v) { f.stop_after = to_int(k, v, 1); }},
       {"--timeout", [&](auto& k, auto& v) { f.timeout = to_double(k, v); }},
+      {"--sample-log", [&](auto&, auto& v) { f.sample_log = v; }},
   };
   for (std::size_t i = 0; i < args.size(); ++i) {
     std::string key = args[i], value;
@@ -73,6 +75,8 @@ Flags parse_flags(const std::vector<std::string>& args) {
       f.resume = true;
     } else if (key == "--no-resume") {
       f.resume = false;
+    } else if (key == "--amp") {
+      f.amp = true;
     } else if (key == "--sync-bn") {
       f.sync_bn = true;
     } else if (auto it = with_value.find(key); it != with_value.end()) {
@@ -99,9 +103,15 @@ std::string help_text(const std::string& program) {
          "  --data-dir DIR        Fashion-MNIST's gzip'd IDX files (default /usr/share/datasets/fashion-mnist,\n"
          "                        from Debian's dataset-fashion-mnist)\n"
          "  --checkpoint-dir DIR  checkpoints; the newest is resumed automatically (default ./checkpoints)\n"
-         "  --out-dir DIR         where metrics.csv and metrics.svg go (default: the checkpoint directory)\n"
+         "  --out-dir DIR         where metrics.csv, metrics.svg and the trained model (model.pt, model.safetensors)\n"
+         "                        go (default: the checkpoint directory)\n"
+         "  --init-from PATH      start from the weights in PATH: a state dict from Python (torch.save or\n"
+         "                        safetensors, for net.py's Net) or an earlier run's model.pt (a checkpoint to resume\n"
+         "                        comes first)\n"
          "  --resume              continue from the newest checkpoint (the default)\n"
          "  --no-resume           start afresh even if checkpoints exist\n"
+         "  --amp                 mixed precision: bfloat16 autocast on the CPU; float16 autocast with a GradScaler\n"
+         "                        on CUDA (default: float32)\n"
          "  --seed N              seed of the model's initialization and the data order (default 0)\n"
          "  --backend NAME        gloo or nccl (default: nccl when CUDA is available, else gloo)\n"
          "  --checkpoint-every N  optimizer steps between checkpoints; one is also written every epoch (default 200)\n"
@@ -111,6 +121,9 @@ std::string help_text(const std::string& program) {
          "  --stop-after N        stop after N optimizer steps, with a checkpoint (to try resuming)\n"
          "  --timeout SECONDS     how long a collective may wait for the other ranks before the job fails\n"
          "                        with an explanation (default 1800, as PyTorch's 30 minutes)\n"
+         "  --sample-log DIR      each rank appends the ids of the samples it trains on to\n"
+         "                        DIR/round-<TORCHELASTIC_RESTART_COUNT>-rank-<RANK>.ids, a line per batch:\n"
+         "                        \"EPOCH STEP: ID ID ...\" (0-based epoch, the optimizer step it is part of)\n"
          "  --sync-bn             synchronize batch norm over the ranks (ddp::SyncBatchNorm): each rank normalizes\n"
          "                        with the statistics of every rank's batch, as one process would on them all\n"
          "  --help                this text\n";

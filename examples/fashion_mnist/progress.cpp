@@ -52,3 +52,9 @@ void Progress::finish_line() {
   if (line_open_) std::printf("\n");
   line_open_ = false;
 }
+
+std::string with_thousands(std::int64_t n) {
+  std::string digits = std::to_string(n < 0 ? -n : n);
+  for (auto at = static_cast<std::ptrdiff_t>(digits.size()) - 3; at > 0; at -= 3) digits.insert(static_cast<std::size_t>(at), ",");
+  return n < 0 ? "-" + digits : digits;
+}

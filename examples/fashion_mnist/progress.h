@@ -28,3 +28,6 @@ class Progress {
   std::chrono::steady_clock::time_point start_, last_print_;
   bool line_open_ = false;
 };
+
+// 21504 -> "21,504".
+std::string with_thousands(std::int64_t n);

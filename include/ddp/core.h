@@ -6,6 +6,7 @@
 #include "ddp/distributed.h"
 #include "ddp/error.h"
 #include "ddp/file_store.h"
+#include "ddp/flight_recorder.h"
 #include "ddp/hash_store.h"
 #include "ddp/prefix_store.h"
 #include "ddp/process_group.h"

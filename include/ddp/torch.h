@@ -1,7 +1,9 @@
 // ddp's LibTorch front: tensor collectives, DistributedDataParallel and its communication hooks,
-// join (uneven inputs), SyncBatchNorm, DistributedSampler, the datasets and checkpoints.
+// DistributedSampler, the datasets, checkpoints, weight files shared with Python, mixed precision
+// (Autocast, GradScaler), ZeroRedundancyOptimizer, join (uneven inputs) and SyncBatchNorm.
 #pragma once
 
+#include "ddp/torch/amp.h"
 #include "ddp/torch/checkpoint.h"
 #include "ddp/torch/collectives.h"
 #include "ddp/torch/comm_hooks.h"
@@ -12,3 +14,5 @@
 #include "ddp/torch/future.h"
 #include "ddp/torch/join.h"
 #include "ddp/torch/sync_batch_norm.h"
+#include "ddp/torch/state_dict.h"
+#include "ddp/torch/zero_redundancy_optimizer.h"

@@ -16,6 +16,9 @@ class Work {
  public:
   // `description` names the operation in errors, e.g. "all_reduce #12 in group 'world'".
   explicit Work(std::string description);
+  // The same, built by `describe` when first asked for (by an error, a log line or the caller):
+  // formatting a name for every operation would cost more than a small collective itself.
+  explicit Work(std::function<std::string()> describe);
   virtual ~Work() = default;
   Work(const Work&) = delete;
   Work& operator=(const Work&) = delete;
@@ -38,7 +41,7 @@ class Work {
   bool is_success() const;
   // The error, once completed with one; null otherwise.
   std::exception_ptr exception() const;
-  const std::string& description() const { return description_; }
+  const std::string& description() const;
 
   // Runs `callback` once the work completes (at once, on this thread, if it already has;
   // otherwise on the thread that completes it), before wait() returns to anyone. In a callback,
@@ -59,7 +62,9 @@ class Work {
   static std::shared_ptr<Work> completed(std::string description);
 
  private:
-  const std::string description_;
+  mutable std::once_flag described_;
+  mutable std::function<std::string()> describe_;  // run and released by the first description()
+  mutable std::string description_;
   mutable std::mutex mutex_;
   std::condition_variable done_cv_;
   bool finishing_ = false;  // finish() was called: the outcome is known, callbacks may be running

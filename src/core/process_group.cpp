@@ -8,6 +8,7 @@
 #include "ddp/error.h"
 #include "ddp/hash_store.h"
 #include "ddp/prefix_store.h"
+#include "flight/recorder.h"
 #include "group/execute.h"
 #include "group/failure.h"
 #include "group/join.h"
@@ -22,6 +23,7 @@ namespace ddp {
 
 using detail::cat;
 using detail::ErrorKind;
+using detail::FlightRecorder;
 using detail::Op;
 using detail::OpType;
 using Clock = std::chrono::steady_clock;
@@ -39,6 +41,8 @@ struct ProcessGroup::State {
   std::unique_ptr<Backend> backend;
   std::unique_ptr<detail::ProgressSlot> progress;
   std::unique_ptr<detail::FailureHandler> failures;  // groups of more than one
+  FlightRecorder* flight = nullptr;  // the process's flight recorder
+  std::uint32_t flight_group = 0;    // this group's index in it
 
   std::mutex issue_mutex;  // orders sequence numbers, p2p posts and the switch to "broken"
   std::uint64_t next_seq = 0;
@@ -51,7 +55,7 @@ struct ProcessGroup::State {
   std::chrono::milliseconds timeout() const { return std::chrono::milliseconds(timeout_ms.load()); }
 
   std::shared_ptr<Work> make_work(const Op& op) {
-    auto work = std::make_shared<Work>(cat(describe(op), " in group '", name, "'"));
+    auto work = std::make_shared<Work>([op, group = name] { return cat(describe(op), " in group '", group, "'"); });
     if (failures) {
       work->set_timeout_explainer([this, op] { return failures->explain_stall(op); });
     }
@@ -64,53 +68,68 @@ struct ProcessGroup::State {
   }
 
   // Runs one collective, on the worker or on the thread of an OnWait op's waiter.
-  void run(const Op& op, Work& work) {
-    if (auto error = broken_error()) return work.finish(error);
+  void run(const Op& op, Work& work, FlightRecorder::Ticket ticket) {
+    if (auto error = broken_error()) {
+      flight->ended(ticket, false);
+      return work.finish(error);
+    }
     const auto started = Clock::now();
     if (progress) progress->started(op);
+    flight->started(ticket, started);
     try {
       const auto deadline = started + timeout();
       if (detail::debug_checks_enabled() && size > 1) detail::check_agreement(*backend, op, deadline);
       if (op.agreed_count() > 0 || op.type == OpType::Barrier) detail::execute(*backend, op, deadline);
       if (progress) progress->finished(op);
+      flight->ended(ticket, true);
       work.finish();
     } catch (...) {
+      flight->ended(ticket, false);
       work.finish(fail(op, std::current_exception(), started));
     }
   }
 
   // Turns a backend failure into an error that names the op and what the peers were doing; unless
-  // it is the caller's mistake, marks the group broken and releases its connections.
+  // it is the caller's mistake, marks the group broken, releases its connections and writes the
+  // flight recorder's dump (at the group's first failure).
   std::exception_ptr fail(const Op& op, std::exception_ptr cause, Clock::time_point started) {
     const auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started);
     const detail::ErrorInfo info = failures->explain(op, cause, elapsed, timeout());
     auto failure = detail::make_error(info.kind, info.message);
     if (info.kind != ErrorKind::InvalidArgument) {
+      bool first = false;
       {
         std::lock_guard lock(issue_mutex);
-        if (!broken) broken = failure;
+        if (!broken) {
+          broken = failure;
+          first = true;
+        }
         backend->abort();
       }
       failures->record(info.message);  // lets the peers name the rank that failed first
       detail::log(detail::LogLevel::Error, info.message);
+      if (first) flight->dump(info.message);
     }
     return failure;
   }
 
-  std::shared_ptr<Work> issue(Op op, Launch launch) {
+  // `caller`: the return address of the public method, for the flight recorder.
+  std::shared_ptr<Work> issue(Op op, Launch launch, const void* caller) {
     check_devices(op);
     detail::validate(op, rank, size);
     std::lock_guard lock(issue_mutex);
     op.seq = next_seq++;
     auto work = make_work(op);
+    const auto record = flight->issued(flight_group, op, caller);
     if (broken) {
+      flight->ended(record, false);
       work->finish(broken);
     } else if (size == 1) {
-      run_alone(op, *work);
+      run_alone(op, *work, record);
     } else {
       // Device ops stay on the worker, whose thread the backend may have bound to its GPU.
       const bool on_wait = launch == Launch::OnWait && !op.input.device.is_cuda() && !op.output.device.is_cuda();
-      const auto ticket = worker->post([this, op, work] { run(op, *work); }, /*wake=*/!on_wait);
+      const auto ticket = worker->post([this, op, work, record] { run(op, *work, record); }, /*wake=*/!on_wait);
       if (on_wait) {
         work->set_starter([worker = worker, ticket](bool here) {
           if (!here || !worker->run_here(ticket)) worker->wake();
@@ -121,22 +140,27 @@ struct ProcessGroup::State {
   }
 
   // A group of one runs inline: nothing to wait for.
-  void run_alone(const Op& op, Work& work) {
+  void run_alone(const Op& op, Work& work, FlightRecorder::Ticket record) {
+    flight->started(record);
     try {
       detail::execute(*backend, op, Clock::now() + timeout());
+      flight->ended(record, true);
       work.finish();
     } catch (...) {
+      flight->ended(record, false);
       work.finish(std::current_exception());
     }
   }
 
-  std::shared_ptr<Work> issue_p2p(Op op) {
+  std::shared_ptr<Work> issue_p2p(Op op, const void* caller) {
     check_devices(op);
     detail::validate(op, rank, size);
     std::lock_guard lock(issue_mutex);
     op.seq = next_p2p++;
     auto work = make_work(op);
+    const auto record = flight->issued(flight_group, op, caller);
     if (broken) {
+      flight->ended(record, false);
       work->finish(broken);
       return work;
     }
@@ -145,17 +169,22 @@ struct ProcessGroup::State {
       waiter = op.type == OpType::Send ? backend->post_send(op.input, op.peer, op.tag)
                                        : backend->post_recv(op.input, op.peer, op.tag);
     } catch (...) {
+      flight->ended(record, false);
       const auto cause = detail::classify(std::current_exception());
       work->finish(detail::make_error(ErrorKind::Other, cat(failures->where(op), " could not start: ", cause.message)));
       return work;
     }
+    flight->started(record);  // posted: the transfer runs from here
     const auto deadline = Clock::now() + timeout();
-    p2p_waiter->post([this, op, work, waiter = std::move(waiter), deadline] {
+    p2p_waiter->post([this, op, work, waiter = std::move(waiter), deadline, record] {
       try {
         waiter(deadline);
+        flight->ended(record, true);
         work->finish();
       } catch (...) {
+        flight->ended(record, false);
         const auto info = failures->explain_p2p(op, std::current_exception());
+        if (info.kind == ErrorKind::PeerLost || info.kind == ErrorKind::Timeout) flight->dump(info.message);
         work->finish(detail::make_error(info.kind, info.message));
       }
     });
@@ -190,6 +219,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const std::string& backend, s
     throw InvalidArgument(cat("process group: ", options.global_ranks.size(), " global ranks given for a group of ", size));
   }
   auto factory = detail::find_backend(backend);
+  auto& flight = FlightRecorder::instance();  // first: a bad DDP_FLIGHT_RECORDER fails before any waiting
   auto state = std::make_shared<State>();
   state->name = options.name;
   state->backend_name = backend;
@@ -200,6 +230,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const std::string& backend, s
   if (state->global_ranks.empty()) {
     for (int r = 0; r < size; ++r) state->global_ranks.push_back(r);
   }
+  state->flight = &flight;
+  state->flight_group = flight.add_group(options.name, rank, state->global_ranks);
   if (!store) {
     if (size > 1) throw InvalidArgument("process group: a group of more than one rank needs a store");
     store = std::make_shared<HashStore>();
@@ -262,45 +294,57 @@ std::uint64_t ProcessGroup::sequence_number() const {
 }
 
 std::shared_ptr<Work> ProcessGroup::all_reduce(Buffer data, ReduceOp op, Launch launch) {
-  return state_->issue({.type = OpType::AllReduce, .input = data, .output = data, .reduce_op = op}, launch);
+  return state_->issue({.type = OpType::AllReduce, .input = data, .output = data, .reduce_op = op}, launch,
+                       __builtin_return_address(0));
 }
 
 std::shared_ptr<Work> ProcessGroup::broadcast(Buffer data, int root, Launch launch) {
-  return state_->issue({.type = OpType::Broadcast, .input = data, .output = data, .root = root}, launch);
+  return state_->issue({.type = OpType::Broadcast, .input = data, .output = data, .root = root}, launch,
+                       __builtin_return_address(0));
 }
 
 std::shared_ptr<Work> ProcessGroup::reduce(Buffer data, int root, ReduceOp op, Launch launch) {
-  return state_->issue({.type = OpType::Reduce, .input = data, .output = data, .reduce_op = op, .root = root}, launch);
+  return state_->issue({.type = OpType::Reduce, .input = data, .output = data, .reduce_op = op, .root = root}, launch,
+                       __builtin_return_address(0));
 }
 
 std::shared_ptr<Work> ProcessGroup::all_gather(Buffer input, Buffer output, Launch launch) {
-  return state_->issue({.type = OpType::AllGather, .input = input, .output = output}, launch);
+  return state_->issue({.type = OpType::AllGather, .input = input, .output = output}, launch,
+                       __builtin_return_address(0));
 }
 
 std::shared_ptr<Work> ProcessGroup::gather(Buffer input, Buffer output, int root, Launch launch) {
-  return state_->issue({.type = OpType::Gather, .input = input, .output = output, .root = root}, launch);
+  return state_->issue({.type = OpType::Gather, .input = input, .output = output, .root = root}, launch,
+                       __builtin_return_address(0));
 }
 
 std::shared_ptr<Work> ProcessGroup::scatter(Buffer input, Buffer output, int root, Launch launch) {
-  return state_->issue({.type = OpType::Scatter, .input = input, .output = output, .root = root}, launch);
+  return state_->issue({.type = OpType::Scatter, .input = input, .output = output, .root = root}, launch,
+                       __builtin_return_address(0));
 }
 
 std::shared_ptr<Work> ProcessGroup::reduce_scatter(Buffer input, Buffer output, ReduceOp op, Launch launch) {
-  return state_->issue({.type = OpType::ReduceScatter, .input = input, .output = output, .reduce_op = op}, launch);
+  return state_->issue({.type = OpType::ReduceScatter, .input = input, .output = output, .reduce_op = op}, launch,
+                       __builtin_return_address(0));
 }
 
 std::shared_ptr<Work> ProcessGroup::all_to_all(Buffer input, Buffer output, Launch launch) {
-  return state_->issue({.type = OpType::AllToAll, .input = input, .output = output}, launch);
+  return state_->issue({.type = OpType::AllToAll, .input = input, .output = output}, launch,
+                       __builtin_return_address(0));
 }
 
-std::shared_ptr<Work> ProcessGroup::barrier(Launch launch) { return state_->issue({.type = OpType::Barrier}, launch); }
+std::shared_ptr<Work> ProcessGroup::barrier(Launch launch) {
+  return state_->issue({.type = OpType::Barrier}, launch, __builtin_return_address(0));
+}
 
 std::shared_ptr<Work> ProcessGroup::send(Buffer data, int dst, std::uint32_t tag) {
-  return state_->issue_p2p({.type = OpType::Send, .input = data, .output = data, .peer = dst, .tag = tag});
+  return state_->issue_p2p({.type = OpType::Send, .input = data, .output = data, .peer = dst, .tag = tag},
+                           __builtin_return_address(0));
 }
 
 std::shared_ptr<Work> ProcessGroup::recv(Buffer data, int src, std::uint32_t tag) {
-  return state_->issue_p2p({.type = OpType::Recv, .input = data, .output = data, .peer = src, .tag = tag});
+  return state_->issue_p2p({.type = OpType::Recv, .input = data, .output = data, .peer = src, .tag = tag},
+                           __builtin_return_address(0));
 }
 
 }  // namespace ddp

@@ -7,6 +7,16 @@ namespace ddp {
 
 Work::Work(std::string description) : description_(std::move(description)) {}
 
+Work::Work(std::function<std::string()> describe) : describe_(std::move(describe)) {}
+
+const std::string& Work::description() const {
+  std::call_once(described_, [&] {
+    if (describe_) description_ = describe_();
+    describe_ = nullptr;
+  });
+  return description_;
+}
+
 void Work::start(bool here) const {
   std::function<void(bool)> start;
   {
@@ -30,7 +40,7 @@ void Work::wait(std::chrono::milliseconds timeout) {
     auto explain = explain_timeout_;
     lock.unlock();
     std::string why = explain ? explain() : std::string();
-    throw TimeoutError(detail::cat(description_, " did not finish within ", detail::format_duration(timeout),
+    throw TimeoutError(detail::cat(description(), " did not finish within ", detail::format_duration(timeout),
                                    " of waiting", why.empty() ? "." : ". " + why));
   }
   if (error_) std::rethrow_exception(error_);

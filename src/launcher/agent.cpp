@@ -7,11 +7,17 @@
 
 #include <cstdio>
 
+#include <algorithm>
+
 #include "attempt_channel.h"
-#include "blame.h"
+#include "attempt_records.h"
 #include "checkpoint_record.h"
 #include "ddp/error.h"
+#include "elastic_rendezvous.h"
+#include "flight_report.h"
+#include "liveness.h"
 #include "rendezvous.h"
+#include "round_record.h"
 #include "store_host.h"
 #include "store_keys.h"
 #include "summary.h"
@@ -19,6 +25,7 @@
 #include "worker_env.h"
 #include "worker_group.h"
 #include "worker_output.h"
+#include "worker_specs.h"
 
 namespace ddp::launcher {
 
@@ -29,13 +36,6 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 void say(const std::string& text) { write_fully(STDERR_FILENO, "ddprun: " + text + "\n"); }
-
-std::string safe_name(std::string text) {
-  for (char& c : text) {
-    if (c == '/' || c == '\0') c = '_';
-  }
-  return text;
-}
 
 // The width of ddprun's stdout when it is a terminal (then local rank 0 gets a terminal of its
 // own, so that a progress bar shows as a bar); 0 when it is a file or a pipe.
@@ -68,19 +68,27 @@ class Agent {
     } catch (const Interrupted& i) {
       say(cat("received ", signal_name(i.signal), " before the job started; no worker was started"));
       return 128 + i.signal;
+    } catch (const JobClosed& closed) {
+      say(cat("the job ", closed.outcome, " before a round had room for this node; nothing ran here"));
+      leave_job(*store_, {}, false, 10s);
+      return closed.succeeded ? 0 : 1;
     }
-    for (int attempt = 0;; ++attempt) {
-      const Outcome outcome = run_attempt(attempt);
-      if (outcome.next_attempt) continue;
-      leave_job(*store_, membership_, coordinator(), 10s);
-      return outcome.exit_code;
+    for (;;) {
+      const Outcome outcome = run_attempt(round_);
+      if (outcome.next_round) {
+        if (auto exit_code = next_round(outcome)) return finish_job(*exit_code);
+        continue;
+      }
+      return finish_job(outcome.exit_code);
     }
   }
 
  private:
   struct Outcome {
-    bool next_attempt = false;
+    bool next_round = false;
     int exit_code = 0;
+    AttemptEnd end;
+    bool uses_restart = false;
   };
 
   bool coordinator() const { return server_ != nullptr; }
@@ -90,6 +98,7 @@ class Agent {
     r.node_rank = membership_.node_rank;
     r.host = host_;
     r.agent_pid = ::getpid();
+    r.time = std::chrono::system_clock::now();
     return r;
   }
 
@@ -116,7 +125,7 @@ class Agent {
   void join() {
     const auto deadline = Clock::now() + config_.join_timeout;
     auto joining = connect_store(connect_host_, port_, config_.run_id, -1, deadline, check_interrupt_);
-    RendezvousSettings s;
+    RendezvousSettings& s = rdzv_;
     s.backend = config_.backend;
     s.min_nodes = config_.min_nodes;
     s.max_nodes = config_.max_nodes;
@@ -129,75 +138,172 @@ class Agent {
     s.store_address = store_address_;
     s.host = host_;
     s.pid = ::getpid();
+    s.silence_limit = config_.silence_limit();
+    s.silence_settings = cat("keep_alive_interval=", detail::format_duration(config_.keep_alive_interval),
+                             " x keep_alive_max_attempt=", config_.keep_alive_max_attempt);
     if (config_.max_nodes > 1) {
       say(cat(coordinator() ? "hosting" : "joining", " job ", detail::quote(config_.run_id), " at ", store_address_,
               "; waiting for ", config_.min_nodes == config_.max_nodes ? cat(config_.max_nodes) :
                                                                          cat(config_.min_nodes, " to ", config_.max_nodes),
               " nodes"));
     }
-    membership_ = rendezvous(*joining, s, check_interrupt_);
-    // From here on this agent is known to the store by its node rank: if it vanishes, the
-    // store records it and the coordinator ends the attempt.
-    store_ = connect_store(connect_host_, port_, config_.run_id, kAgentRankBase + membership_.node_rank,
-                           Clock::now() + 30s, check_interrupt_);
-    joining.reset();
-    if (membership_.nnodes > 1) {
-      const int first = membership_.rank_offset();
-      say(cat("node ", membership_.node_rank, " of ", membership_.nnodes, ": ranks ", first, " to ",
-              first + config_.nproc - 1, " of ", membership_.world_size()));
+    int first_round = 0;
+    if (config_.elastic()) {
+      const Registration registration = register_agent(*joining, s, check_interrupt_);
+      agent_ = registration.agent;
+      first_round = registration.first_round;
+    } else {
+      membership_ = rendezvous(*joining, s, check_interrupt_);
+      agent_ = membership_.agent;
     }
+    // From here on this agent is known to the store by its agent id: if it vanishes (or its
+    // heartbeat stops), the store records it and the coordinator ends the attempt.
+    store_ = connect_store(connect_host_, port_, config_.run_id, kAgentRankBase + agent_, Clock::now() + 30s,
+                           check_interrupt_);
+    // A store that answers no request for as long as a node may stay silent is gone (a cut
+    // network): this node must not spend a minute on each request before it stops its workers.
+    store_->set_timeout(std::max<std::chrono::milliseconds>(config_.silence_limit(), 10s));
+    joining.reset();
+    heartbeat_ = std::make_unique<Heartbeat>(store_->clone(), keys::beat(agent_), config_.keep_alive_interval,
+                                             config_.silence_limit());
+    if (!config_.elastic()) {
+      say_place();
+      return;
+    }
+    if (first_round > 0) {  // the job runs already: this node waits for the next round
+      say_waiting(decode_round_record(store_->get(keys::round(first_round - 1, "record"))));
+    }
+    RoundRecord first;
+    try {
+      first = join_round(*store_, s, agent_, first_round, {}, check_interrupt_,
+                         [this](const RoundRecord& full) { say_waiting(full); });
+    } catch (const AttemptEndedEarly& early) {
+      throw Error(cat("the job could not start: ", early.end.what));
+    }
+    if (!first.formed) {
+      throw TimeoutError(cat(first.failure, ". ", how_to_start(s.backend),
+                             " (--rdzv_conf join_timeout=SECONDS waits longer.)"));
+    }
+    enter_round(first);
   }
 
-  std::vector<WorkerSpec> worker_specs(int attempt) const {
-    std::vector<WorkerSpec> specs;
-    const auto parent = process_env();
-    JobEnv job;
-    job.master_addr = config_.master_addr;
-    job.master_port = port_;
-    job.run_id = config_.run_id;
-    job.role = config_.role;
-    job.max_restarts = config_.max_restarts;
-    const std::string attempt_dir =
-        config_.log_dir.empty() ? "" : cat(config_.log_dir, "/", safe_name(config_.run_id), "/attempt_", attempt);
-    for (int local = 0; local < config_.nproc; ++local) {
-      WorkerPlace place;
-      place.rank = membership_.rank_offset() + local;
-      place.local_rank = local;
-      place.world_size = membership_.world_size();
-      place.local_world_size = config_.nproc;
-      place.node_rank = membership_.node_rank;
-      place.nnodes = membership_.nnodes;
-      place.restart_count = attempt;
-      if (!attempt_dir.empty()) job.error_file = cat(attempt_dir, "/rank_", place.rank, ".error.json");
-      job.checkpoint_record = records_.path_for(place.rank);
-      WorkerSpec spec;
-      spec.rank = place.rank;
-      spec.local_rank = local;
-      spec.node_rank = membership_.node_rank;
-      spec.path = command_.path;
-      spec.argv = command_.argv;
-      spec.env = worker_environment(place, job, parent);
-      spec.output.rank = place.rank;
-      if (!attempt_dir.empty()) spec.output.log_path = cat(attempt_dir, "/rank_", place.rank, ".log");
-      bool shown = true;
-      if (config_.local_ranks_filter) {
-        const auto& f = *config_.local_ranks_filter;
-        shown = std::find(f.begin(), f.end(), local) != f.end();
-      }
-      const int redirected = config_.redirects.for_local_rank(local);
-      const int teed = config_.tee.for_local_rank(local);
-      for (int s = 0; s < 2; ++s) {
-        const int bit = 1 << s;
-        spec.output.console[s] = shown && (!(redirected & bit) || (teed & bit));
-      }
-      spec.output.keep = may_name_ranks_waited_for;  // the evidence find_root_cause reads
-      if (local == 0 && terminal_width_ > 0 && spec.output.console[0]) {
-        spec.terminal_columns = terminal_width_ - static_cast<int>(cat("[", place.rank, "]:").size());
-        spec.output.live_stdout = true;
-      }
-      specs.push_back(std::move(spec));
+  // "node 1 of 2: ranks 2 to 3 of 4", for a job of several nodes.
+  void say_place() const {
+    if (membership_.nnodes == 1 && !record_) return;
+    const int first = membership_.rank_offset();
+    say(cat(record_ && record_->round > 0 ? cat("round ", record_->round, ": ") : std::string(), "node ",
+            membership_.node_rank, " of ", membership_.nnodes, ": ranks ", first, " to ", first + config_.nproc - 1,
+            " of ", membership_.world_size()));
+  }
+
+  void say_waiting(const RoundRecord& full) const {
+    const bool room = static_cast<int>(full.nodes.size()) < config_.max_nodes;
+    say(cat("the job runs with ", full.nodes.size(), " node", full.nodes.size() == 1 ? "" : "s", " (round ", full.round,
+            "); this node waits for the next round: ",
+            room ? "the running nodes stop their workers (SIGTERM, then --grace_period) to let it in"
+                 : cat("the job has the most nodes --nnodes=", config_.min_nodes, ":", config_.max_nodes,
+                       " allows, so until one is lost")));
+  }
+
+  // An elastic round as formed: this node's place in it, and what changed.
+  void enter_round(const RoundRecord& record) {
+    previous_world_ = std::max(previous_world_, membership_.world_size());
+    round_ = record.round;
+    restarts_used_ = record.restarts_used;
+    membership_.agent = agent_;
+    membership_.node_rank = record.node_rank_of(agent_);
+    membership_.nnodes = static_cast<int>(record.nodes.size());
+    membership_.nodes = record.nodes;
+    for (const auto& change : record.changes) {
+      say(describe(change));
+      history_.push_back(change);
     }
-    return specs;
+    record_ = record;
+    say_place();
+  }
+
+  // After an attempt that does not end the job. Static: the same nodes again. Elastic: the next
+  // round, formed anew. Returns ddprun's exit status when the job ends instead.
+  std::optional<int> next_round(const Outcome& outcome) {
+    if (!config_.elastic()) {
+      ++round_;
+      ++restarts_used_;
+      return std::nullopt;
+    }
+    const RoundStart start{record_, outcome.end, restarts_used_ + (outcome.uses_restart ? 1 : 0)};
+    RoundRecord record;
+    try {
+      record = join_round(*store_, rdzv_, agent_, round_ + 1, start, check_interrupt_,
+                          [this](const RoundRecord& full) { say_waiting(full); });
+    } catch (const Interrupted& i) {
+      // The others are forming the round: tell them, through its attempt, that this node will not.
+      AttemptChannel next(*store_, membership_, coordinator(), round_ + 1, reporter());
+      publish(next, interrupted(i.signal));
+      say(cat("received ", signal_name(i.signal), " between rounds; no worker is running"));
+      return 128 + i.signal;
+    } catch (const AttemptEndedEarly& early) {
+      if (early.end.kind == AttemptEnd::Kind::Interrupted) {
+        print_stop_report(early.end, {});
+        return 128 + early.end.signal;
+      }
+      print_summary(early.end, {}, false);
+      return 1;
+    } catch (const JobClosed& closed) {
+      say(cat("the job ", closed.outcome, " while this node waited for a round"));
+      return closed.succeeded ? 0 : 1;
+    } catch (const Error& e) {
+      store_gone_ = true;
+      print_summary(store_lost(e), {}, false);
+      return 1;
+    }
+    if (!record.formed) {
+      for (const auto& change : record.changes) history_.push_back(change);
+      AttemptEnd end = reporter();
+      end.kind = AttemptEnd::Kind::AgentLost;
+      end.what = cat("the job cannot go on: ", record.failure);
+      restarts_used_ = record.restarts_used;
+      print_summary(end, {}, false);
+      return 1;
+    }
+    enter_round(record);
+    return std::nullopt;
+  }
+
+  // The job is over: the success report of an elastic job that changed, leaving in order.
+  int finish_job(int exit_code) {
+    if (const std::string straggler = records_.last_straggler_report(); exit_code == 0 && !straggler.empty()) {
+      write_fully(STDERR_FILENO, cat("ddprun: the job succeeded; its last straggler report: ", straggler, "\n"));
+    }
+    if (exit_code == 0 && !history_.empty()) {
+      std::string text = cat("ddprun: the job succeeded in round ", round_, " with ", membership_.nnodes, " node",
+                             membership_.nnodes == 1 ? "" : "s", ", ", membership_.world_size(), " workers, after ",
+                             history_.size(), " membership change", history_.size() == 1 ? "" : "s", ":\n");
+      for (const auto& change : history_) text += "  " + history_line(change) + "\n";
+      write_fully(STDERR_FILENO, text);
+    }
+    if (store_gone_) return exit_code;
+    // The agents the store must outlive: every node but this one (elastic: every one that came,
+    // but those already lost, which will not say goodbye).
+    std::vector<int> others;
+    if (!config_.elastic()) {
+      for (int n = 0; n < membership_.nnodes; ++n) {
+        if (n != agent_) others.push_back(n);
+      }
+    } else if (coordinator()) {
+      close_job(*store_, exit_code == 0 ? "succeeded" : "ended", exit_code == 0);
+      try {
+        const auto arrivals = static_cast<int>(store_->add(keys::kArrivals, 0));
+        for (int a = 0; a < arrivals; ++a) {
+          const bool lost = std::any_of(history_.begin(), history_.end(), [&](const MembershipChange& c) {
+            return c.agent == a && c.kind == MembershipChange::Kind::Lost;
+          });
+          if (a != agent_ && !lost) others.push_back(a);
+        }
+      } catch (const Error&) {
+      }
+    }
+    leave_job(*store_, others, coordinator(), 10s);
+    return exit_code;
   }
 
   // Publishes `end` unless the attempt already ended; a lost store leaves `end` as it is.
@@ -209,13 +315,7 @@ class Agent {
     }
   }
 
-  AttemptEnd store_lost(const Error& e) const {
-    AttemptEnd end = reporter();
-    end.kind = AttemptEnd::Kind::StoreLost;
-    end.what = cat("this node lost the job's store at ", store_address_,
-                   ": the ddprun hosting it (the first node's) has exited or cannot be reached (", e.what(), ")");
-    return end;
-  }
+  AttemptEnd store_lost(const Error& e) const { return store_lost_end(reporter(), store_address_, e.what()); }
 
   AttemptEnd interrupted(int sig) const {
     AttemptEnd end = reporter();
@@ -233,6 +333,15 @@ class Agent {
     return end;
   }
 
+  // Whether every other node's workers have exited 0 (asked for a worker stopped alone).
+  bool others_succeeded(AttemptChannel& channel) const {
+    try {
+      return channel.nodes_succeeded() >= membership_.nnodes - 1;
+    } catch (const Error&) {
+      return false;  // the store is gone: the watcher says so
+    }
+  }
+
   // After this node's workers all succeeded: waits for the attempt's end (or a signal).
   AttemptEnd wait_for_end(AttemptChannel& channel, EndWatcher& watcher, int& signal_received) {
     for (;;) {
@@ -246,10 +355,34 @@ class Agent {
     }
   }
 
+  // The other nodes of the round, for the coordinator's watch over them.
+  std::vector<NodeWatch::Node> other_nodes() const {
+    std::vector<NodeWatch::Node> others;
+    for (int n = 0; n < membership_.nnodes; ++n) {
+      const NodeInfo& node = membership_.nodes[static_cast<std::size_t>(n)];
+      if (n != membership_.node_rank) others.push_back({node.agent, n, node.host, node.pid});
+    }
+    return others;
+  }
+
+  NodeWatch watch_others() const {
+    return NodeWatch(other_nodes(), config_.silence_limit(), rdzv_.silence_settings);
+  }
+
+  // The coordinator's look while the round runs (see round_watch).
+  std::function<std::optional<AttemptEnd>(Store&)> watch_round() const {
+    std::vector<int> members;
+    for (const auto& node : membership_.nodes) members.push_back(node.agent);
+    const bool room = config_.elastic() && membership_.nnodes < config_.max_nodes;
+    return round_watch(watch_others(), std::move(members), room, round_, reporter());
+  }
+
   Outcome run_attempt(int attempt) {
     AttemptChannel channel(*store_, membership_, coordinator(), attempt, reporter());
     try {
-      channel.start_barrier(config_.join_timeout, check_interrupt_);
+      NodeWatch others = watch_others();
+      channel.start_barrier(config_.join_timeout, check_interrupt_, &others,
+                            std::max(previous_world_, membership_.world_size()));
     } catch (const Interrupted& i) {
       publish(channel, interrupted(i.signal));
       say(cat("received ", signal_name(i.signal), " between attempts; no worker is running"));
@@ -259,8 +392,7 @@ class Agent {
         print_stop_report(early.end, {});
         return {false, 128 + early.end.signal};
       }
-      print_summary(early.end, {}, attempt, false);
-      return {false, 1};
+      return after_attempt(early.end, {}, 0);
     } catch (const Error& e) {
       say(cat("error: ", e.what()));
       publish(channel, agent_failed(e.what()));
@@ -268,23 +400,28 @@ class Agent {
     }
 
     const auto parent = process_env();
-    if (attempt == 0 && needs_omp_default(parent, config_.nproc)) {
+    if (!omp_noted_ && needs_omp_default(parent, config_.nproc)) {
       say("note: setting OMP_NUM_THREADS=1 for each worker (as torchrun does: more than one worker per node and "
           "OMP_NUM_THREADS is unset), to keep the machine from being overloaded; set it yourself to tune it");
     }
-    WorkerGroup group(worker_specs(attempt), signals_, guard_);
+    omp_noted_ = true;
+    RoundWorkers workers = worker_specs({.config = config_,
+                                         .command = command_,
+                                         .membership = membership_,
+                                         .round = attempt,
+                                         .port = port_,
+                                         .records = records_,
+                                         .terminal_width = terminal_width_});
+    flight_dir_ = workers.flight_dir;
+    WorkerGroup group(std::move(workers.specs), signals_, guard_);
     int signal_received = 0;
     AttemptEnd end;
     {
-      std::vector<int> others;
-      if (coordinator()) {
-        for (int n = 0; n < membership_.nnodes; ++n) {
-          if (n != membership_.node_rank) others.push_back(n);
-        }
-      }
       EndWatcher watcher(store_->clone(), {.end_key = channel.end_key(),
-                                           .watched_nodes = others,
+                                           .look = coordinator() ? watch_round() : nullptr,
+                                           .heartbeat = heartbeat_.get(),
                                            .interval = config_.monitor_interval,
+                                           .request_timeout = config_.silence_limit(),
                                            .store_address = store_address_,
                                            .reporter = reporter()});
       try {
@@ -295,14 +432,34 @@ class Agent {
         group.stop(SIGKILL, 0ms);
         return {false, 1};
       }
-      const auto wakeup = group.wait(watcher.fd());
+      group.bound_stopped(config_.stopped_timeout, membership_.world_size(), [&] {
+        return membership_.nnodes == 1 || others_succeeded(channel);
+      });
+      WorkerGroup::Wakeup wakeup;
+      for (;;) {
+        wakeup = group.wait(watcher.fd());
+        if (wakeup.event == WorkerGroup::Event::StoppedAlone) {
+          say(stopped_alone_notice(group, config_.stopped_timeout));
+        } else if (wakeup.event == WorkerGroup::Event::Resumed) {
+          say("the stopped worker runs again: waiting for it to finish");
+        } else {
+          break;
+        }
+      }
       switch (wakeup.event) {
+        case WorkerGroup::Event::StoppedAlone:
+        case WorkerGroup::Event::Resumed:
+        case WorkerGroup::Event::StoppedTooLong: {
+          end = publish(channel, stopped_too_long_end(group, reporter(), config_.stopped_timeout));
+          group.stop(SIGTERM, config_.grace_period);
+          break;
+        }
         case WorkerGroup::Event::WorkerFailed: {
           AttemptEnd failed = reporter();
           failed.kind = AttemptEnd::Kind::WorkerFailed;
           const std::size_t index = *group.failed_worker();
           failed.worker = group.exits()[index];
-          failed.blame = blame(group, index);
+          failed.blame = blame_for(group, index, membership_);
           end = publish(channel, failed);
           group.stop(SIGTERM, config_.grace_period);
           break;
@@ -315,6 +472,7 @@ class Agent {
           break;
         case WorkerGroup::Event::External:
           end = *watcher.end();
+          if (end.kind == AttemptEnd::Kind::NodeWaiting) say(cat("round ", attempt, " ends: ", end.what));
           group.find_suspended();
           group.stop(SIGTERM, config_.grace_period);
           break;
@@ -332,55 +490,33 @@ class Agent {
       }
     }
     if (!signal_received && group.received_signal()) signal_received = *group.received_signal();
-    if (end.kind == AttemptEnd::Kind::Succeeded && !signal_received) return {false, 0};
-    if (end.kind == AttemptEnd::Kind::Succeeded || end.kind == AttemptEnd::Kind::Interrupted) {
-      // A requested stop, here or on another node: not a failure.
-      const AttemptEnd stop = end.kind == AttemptEnd::Kind::Interrupted ? end : interrupted(signal_received);
-      print_stop_report(stop, group.exits());
-      return {false, 128 + stop.signal};
-    }
-
-    const bool restart = end.restartable() && attempt < config_.max_restarts && !signal_received;
-    if (end.kind != AttemptEnd::Kind::Succeeded) print_summary(end, group.exits(), attempt, restart);
-    if (signal_received && end.restartable() && attempt < config_.max_restarts) {
-      // The other nodes will restart: tell them, at the next attempt's barrier, that this one will not.
-      AttemptChannel next(*store_, membership_, coordinator(), attempt + 1, reporter());
-      publish(next, interrupted(signal_received));
-    }
-    if (restart) return {true, 0};
-    return {false, signal_received ? 128 + signal_received : 1};
+    return after_attempt(end, group.exits(), signal_received);
   }
 
-  // The root cause when the failed worker (group index `index`) was a victim: the rank its
-  // error says it waited for, checked against this node's stopped workers.
-  std::optional<Blame> blame(WorkerGroup& group, std::size_t index) const {
-    const WorkerExit& failed = group.exit_of(index);
-    const auto culprit = find_root_cause(failed.rank, group.kept_lines(index), group.find_suspended());
-    if (!culprit) return std::nullopt;
-    Blame b;
-    b.rank = culprit->rank;
-    b.evidence = culprit->evidence;
-    for (const WorkerExit& w : group.exits()) {
-      if (w.rank != b.rank) continue;
-      b.local_rank = w.local_rank;
-      b.node_rank = w.node_rank;
-      b.host = w.host;
-      b.pid = w.pid;
-      return b;
+  // What follows an attempt's end: the job's end (with its report), or another attempt.
+  Outcome after_attempt(const AttemptEnd& end, const std::vector<WorkerExit>& local, int signal_received) {
+    using Kind = AttemptEnd::Kind;
+    if (end.kind == Kind::StoreLost) store_gone_ = true;  // nobody is left to say goodbye to
+    if (end.kind == Kind::Succeeded && !signal_received) return {false, 0, end};
+    if (end.kind == Kind::Succeeded || end.kind == Kind::Interrupted ||
+        (end.kind == Kind::NodeWaiting && signal_received)) {
+      // A requested stop, here or on another node: not a failure.
+      const AttemptEnd stop = end.kind == Kind::Interrupted ? end : interrupted(signal_received);
+      print_stop_report(stop, local);
+      return {false, 128 + stop.signal, end};
     }
-    // Another node's worker: ranks are numbered node by node.
-    int first = 0;
-    for (int n = 0; n < membership_.nnodes; ++n) {
-      const auto& node = membership_.nodes[static_cast<std::size_t>(n)];
-      if (b.rank < first + node.nproc) {
-        b.node_rank = n;
-        b.local_rank = b.rank - first;
-        b.host = node.host;
-        return b;
-      }
-      first += node.nproc;
+    if (end.kind == Kind::NodeWaiting) return {true, 0, end, false};  // a membership change, not a failure
+
+    const bool elastic = config_.elastic();
+    const bool restarts_left = end.restartable(elastic) && restarts_used_ < config_.max_restarts;
+    print_summary(end, local, restarts_left && !signal_received);
+    if (signal_received && restarts_left) {
+      // The other nodes will restart: tell them, at the next attempt's barrier, that this one will not.
+      AttemptChannel next(*store_, membership_, coordinator(), round_ + 1, reporter());
+      publish(next, interrupted(signal_received));
     }
-    return std::nullopt;  // a rank outside the job: the evidence was misread
+    if (restarts_left && !signal_received) return {true, 0, end, true};
+    return {false, signal_received ? 128 + signal_received : 1, end};
   }
 
   void print_stop_report(const AttemptEnd& stop, const std::vector<WorkerExit>& local) {
@@ -397,19 +533,25 @@ class Agent {
     in.checkpoint = records_.latest(ranks, problems);
     for (const auto& problem : problems) say("note: " + problem);
     in.command = config_.command_line;
+    in.straggler = records_.last_straggler_report();
+    for (const auto& change : history_) in.history.push_back(history_line(change));
     write_fully(STDERR_FILENO, format_stop_report(in));
   }
 
-  void print_summary(const AttemptEnd& end, const std::vector<WorkerExit>& local, int attempt, bool restarting) {
+  void print_summary(const AttemptEnd& end, const std::vector<WorkerExit>& local, bool restarting) {
     SummaryInput in;
     in.root = end;
     in.local = local;
     in.node_rank = membership_.node_rank;
     in.host = host_;
-    in.attempt = attempt;
+    in.attempt = restarts_used_;
     in.max_restarts = config_.max_restarts;
     in.restarting = restarting;
-    write_fully(STDERR_FILENO, format_summary(in));
+    in.straggler = records_.last_straggler_report();
+    for (const auto& change : history_) in.history.push_back(history_line(change));
+    std::vector<int> ranks;
+    for (const WorkerExit& w : local) ranks.push_back(w.rank);
+    write_fully(STDERR_FILENO, format_summary(in) + format_flight_report(flight_dir_, ranks, membership_.world_size()));
   }
 
   const JobConfig& config_;
@@ -424,8 +566,19 @@ class Agent {
   std::string connect_host_;
   int port_ = 0;
   std::string store_address_;
-  Membership membership_;
+  RendezvousSettings rdzv_;
+  int agent_ = 0;           // this agent's id: its node rank (static), its arrival number (c10d)
+  Membership membership_;   // of the round under way
+  int round_ = 0;           // the round (attempt) under way: TORCHELASTIC_RESTART_COUNT
+  int restarts_used_ = 0;   // of --max_restarts
+  int previous_world_ = 0;  // the largest world size so far: its ranks' lost records are cleared
+  std::optional<RoundRecord> record_;          // elastic: the round under way
+  std::vector<MembershipChange> history_;      // elastic: every change so far
+  bool omp_noted_ = false;
+  bool store_gone_ = false;  // this node lost the store: leaving would wait for nothing
   std::shared_ptr<TCPStore> store_;
+  std::unique_ptr<Heartbeat> heartbeat_;  // after store_: it beats on a clone of it
+  std::string flight_dir_;  // where this attempt's workers write their flight recorder dumps
 };
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <map>
 
 #include "ddp/error.h"
+#include "record_text.h"
 #include "util/strings.h"
 
 namespace ddp::launcher {
@@ -10,34 +11,6 @@ namespace ddp::launcher {
 using detail::cat;
 
 namespace {
-
-// One field per line, "key=value", with '\\' and '\n' escaped in the value.
-std::string escape(const std::string& value) {
-  std::string out;
-  for (char c : value) {
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
-std::string unescape(std::string_view value) {
-  std::string out;
-  for (std::size_t i = 0; i < value.size(); ++i) {
-    if (value[i] == '\\' && i + 1 < value.size()) {
-      out += value[i + 1] == 'n' ? '\n' : value[i + 1];
-      ++i;
-    } else {
-      out += value[i];
-    }
-  }
-  return out;
-}
 
 const char* kind_name(AttemptEnd::Kind kind) {
   switch (kind) {
@@ -47,6 +20,8 @@ const char* kind_name(AttemptEnd::Kind kind) {
     case AttemptEnd::Kind::AgentLost: return "agent_lost";
     case AttemptEnd::Kind::AgentFailed: return "agent_failed";
     case AttemptEnd::Kind::StoreLost: return "store_lost";
+    case AttemptEnd::Kind::WorkerStopped: return "worker_stopped";
+    case AttemptEnd::Kind::NodeWaiting: return "node_waiting";
   }
   return "?";
 }
@@ -59,30 +34,33 @@ std::string encode(const AttemptEnd& end) {
   field("kind", kind_name(end.kind));
   field("signal", end.signal);
   field("node_rank", end.node_rank);
-  field("host", escape(end.host));
+  field("host", escape_field(end.host));
   field("agent_pid", end.agent_pid);
-  field("what", escape(end.what));
-  if (end.kind == AttemptEnd::Kind::WorkerFailed) {
+  field("what", escape_field(end.what));
+  field("lost_agent", end.lost_agent);
+  field("lost_why", escape_field(end.lost_why));
+  field("time_ms", to_millis(end.time));
+  if (end.names_worker()) {
     const WorkerExit& w = end.worker;
     field("w.rank", w.rank);
     field("w.local_rank", w.local_rank);
     field("w.node_rank", w.node_rank);
-    field("w.host", escape(w.host));
+    field("w.host", escape_field(w.host));
     field("w.pid", w.pid);
     field("w.exit_code", w.exit_code);
     field("w.signal", w.signal);
     field("w.stopped", w.stopped ? 1 : 0);
-    field("w.time_ms",
-          std::chrono::duration_cast<std::chrono::milliseconds>(w.time.time_since_epoch()).count());
-    field("w.log_file", escape(w.log_file));
-    for (const auto& line : w.last_lines) field("w.line", escape(line));
+    field("w.time_ms", to_millis(w.time));
+    field("w.log_file", escape_field(w.log_file));
+    field("w.suspended", escape_field(w.suspended));
+    for (const auto& line : w.last_lines) field("w.line", escape_field(line));
     if (const auto& b = end.blame) {
       field("b.rank", b->rank);
       field("b.local_rank", b->local_rank);
       field("b.node_rank", b->node_rank);
-      field("b.host", escape(b->host));
+      field("b.host", escape_field(b->host));
       field("b.pid", b->pid);
-      field("b.evidence", escape(b->evidence));
+      field("b.evidence", escape_field(b->evidence));
     }
   }
   return out;
@@ -105,7 +83,7 @@ AttemptEnd decode_attempt_end(const std::string& text) {
     const auto eq = line.find('=');
     if (eq == std::string_view::npos) throw bad("a line without '='");
     const std::string key(line.substr(0, eq));
-    std::string value = unescape(line.substr(eq + 1));
+    std::string value = unescape_field(line.substr(eq + 1));
     if (key == "w.line") {
       end.worker.last_lines.push_back(std::move(value));
     } else {
@@ -124,7 +102,8 @@ AttemptEnd decode_attempt_end(const std::string& text) {
   const std::string kind = string("kind");
   bool known = false;
   for (auto k : {AttemptEnd::Kind::Succeeded, AttemptEnd::Kind::WorkerFailed, AttemptEnd::Kind::Interrupted,
-                 AttemptEnd::Kind::AgentLost, AttemptEnd::Kind::AgentFailed, AttemptEnd::Kind::StoreLost}) {
+                 AttemptEnd::Kind::AgentLost, AttemptEnd::Kind::AgentFailed, AttemptEnd::Kind::StoreLost,
+                 AttemptEnd::Kind::WorkerStopped, AttemptEnd::Kind::NodeWaiting}) {
     if (kind == kind_name(k)) {
       end.kind = k;
       known = true;
@@ -136,7 +115,10 @@ AttemptEnd decode_attempt_end(const std::string& text) {
   end.host = string("host");
   end.agent_pid = number("agent_pid", 0);
   end.what = string("what");
-  if (end.kind == AttemptEnd::Kind::WorkerFailed) {
+  end.lost_agent = static_cast<int>(number("lost_agent", -1));
+  end.lost_why = string("lost_why");
+  end.time = from_millis(number("time_ms", 0));
+  if (end.names_worker()) {
     WorkerExit& w = end.worker;
     w.rank = static_cast<int>(number("w.rank", -1));
     w.local_rank = static_cast<int>(number("w.local_rank", -1));
@@ -146,8 +128,9 @@ AttemptEnd decode_attempt_end(const std::string& text) {
     w.exit_code = static_cast<int>(number("w.exit_code", -1));
     w.signal = static_cast<int>(number("w.signal", 0));
     w.stopped = number("w.stopped", 0) != 0;
-    w.time = std::chrono::system_clock::time_point(std::chrono::milliseconds(number("w.time_ms", 0)));
+    w.time = from_millis(number("w.time_ms", 0));
     w.log_file = string("w.log_file");
+    w.suspended = string("w.suspended");
     if (fields.count("b.rank")) {
       Blame b;
       b.rank = static_cast<int>(number("b.rank", -1));

@@ -83,6 +83,23 @@ void read_diagnosis(std::string_view text, std::vector<int>& out) {
     const std::size_t start = at + 11;
     read_list(text, start, ", ", find_or_end(text, ", which did not arrive", start), out);
   }
+  // group/join.cpp: "group 'world': rank 1 of 2 did not join within 5.0 s" ("ranks 0, 3 of 4 ...").
+  const std::string_view absent = " did not join within ";
+  for (std::size_t at = text.find(absent); at != std::string_view::npos; at = text.find(absent, at + 1)) {
+    const std::size_t of = text.rfind(" of ", at);
+    const std::size_t head = text.rfind("': rank", at);
+    if (of == std::string_view::npos || head == std::string_view::npos || of < head) continue;
+    std::size_t pos = head + 3;
+    const std::string_view word = text.substr(pos, 6) == "ranks " ? "ranks " : "rank ";
+    pos += word.size();
+    for (;;) {
+      auto rank = read_number(text, pos, "");
+      if (!rank || pos > of) break;
+      out.push_back(*rank);
+      if (text.substr(pos, 2) != ", ") break;
+      pos += 2;
+    }
+  }
 }
 
 // The diagnosis part of an error line, quoted for the summary.
@@ -92,6 +109,7 @@ std::string excerpt(std::string_view line) {
   for (std::string_view marker : {"Ranks that had not reached", "Every rank reached", "Lost rank", "waited for rank"}) {
     earliest(line.find(marker));
   }
+  if (line.find(" did not join within ") != std::string_view::npos) earliest(line.find("group '"));
   const std::size_t first = line.find(" failed first: ");
   if (first != std::string_view::npos) earliest(line.rfind("Rank ", first));
   return detail::quote(line.substr(from == std::string_view::npos ? 0 : from), 240);
@@ -100,7 +118,7 @@ std::string excerpt(std::string_view line) {
 bool mentions_timeout(std::string_view line) {
   std::string lower(line);
   std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
-  return lower.find("timed out") != std::string::npos;
+  return lower.find("timed out") != std::string::npos || lower.find(" did not join within ") != std::string::npos;
 }
 
 }  // namespace
@@ -181,12 +199,16 @@ char stat_state(std::string_view stat_text) {
   return stat_text[paren + 2];
 }
 
-std::optional<std::string> stopped_state(pid_t pid) {
-  const std::string path = cat("/proc/", pid, "/stat");
-  std::ifstream in(path);
+char process_state(pid_t pid) {
+  std::ifstream in(cat("/proc/", pid, "/stat"));
   std::string text;
   std::getline(in, text);
-  const char state = stat_state(text);
+  return stat_state(text);
+}
+
+std::optional<std::string> stopped_state(pid_t pid) {
+  const std::string path = cat("/proc/", pid, "/stat");
+  const char state = process_state(pid);
   if (state == 'T') return cat("suspended (state T in ", path, ")");
   if (state == 't') return cat("suspended by a debugger (state t, a tracing stop, in ", path, ")");
   return std::nullopt;

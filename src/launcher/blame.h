@@ -43,6 +43,9 @@ std::optional<Culprit> find_root_cause(int failed_rank, const std::vector<std::s
 // The state letter in a /proc/PID/stat text (R, S, D, T, t, Z, ...), or 0 when unreadable.
 char stat_state(std::string_view stat_text);
 
+// The state letter of process `pid` now (from /proc/PID/stat), or 0 when it is gone.
+char process_state(pid_t pid);
+
 // "suspended (state T in /proc/PID/stat)" or "suspended by a debugger (...)" when `pid` is stopped
 // now; nullopt otherwise (running, sleeping, gone).
 std::optional<std::string> stopped_state(pid_t pid);

@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "ddp/error.h"
 #include "net/socket.h"
@@ -94,6 +95,19 @@ std::optional<CheckpointRecord> CheckpointRecords::latest(const std::vector<int>
     }
   }
   return newest;
+}
+
+}  // namespace ddp::launcher
+
+namespace ddp::launcher {
+
+std::string CheckpointRecords::straggler_path() const { return cat(folder_, "/straggler_report"); }
+
+std::string CheckpointRecords::last_straggler_report() const {
+  std::ifstream in(straggler_path());
+  std::string line;
+  std::getline(in, line);
+  return line.size() > kMaxRecordBytes ? line.substr(0, kMaxRecordBytes) : line;
 }
 
 }  // namespace ddp::launcher

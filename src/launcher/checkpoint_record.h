@@ -14,6 +14,9 @@
 namespace ddp::launcher {
 
 inline const std::string kCheckpointRecordVariable = "DDP_CHECKPOINT_RECORD";
+// The same for the last straggler report (DistributedDataParallel::straggler_report() writes its
+// line there on rank 0), which ddprun's reports end with.
+inline const std::string kStragglerReportVariable = "DDP_STRAGGLER_REPORT";
 
 struct CheckpointRecord {
   std::int64_t step = 0;
@@ -39,6 +42,10 @@ class CheckpointRecords {
   // The newest (highest step) record of `ranks`; nullopt when none wrote one. A record that
   // cannot be read is skipped with a line in `problems` naming it and why.
   std::optional<CheckpointRecord> latest(const std::vector<int>& ranks, std::vector<std::string>& problems) const;
+
+  // The file the job's last straggler report goes to, and its line (empty when there is none).
+  std::string straggler_path() const;
+  std::string last_straggler_report() const;
 
  private:
   std::string folder_;

@@ -41,8 +41,10 @@ Nodes and rendezvous:
   --rdzv_id ID        The job's id (default "none"). The store refuses clients of other jobs;
                       workers get it as TORCHELASTIC_RUN_ID.
   --rdzv_conf KEY=VALUE,...
-                      join_timeout (seconds to wait for every node, default 600) and
-                      last_call_timeout (seconds to wait for more nodes once MIN joined, default 30).
+                      join_timeout (seconds to wait for every node, default 600),
+                      last_call_timeout (seconds to wait for more nodes once MIN joined, default 30),
+                      keep_alive_interval (seconds between a node's heartbeats, default 5) and
+                      keep_alive_max_attempt (missed heartbeats before a node is dropped, default 3).
   --standalone        A single-node job on a free port with a random job id (implies c10d,
                       nnodes 1).
   Under Slurm (srun, one ddprun per node), --nnodes, --node_rank and --master_addr default to
@@ -56,6 +58,9 @@ Failures and restarts:
                       workers are watched continuously.
   --grace_period S    (ddprun) Seconds between SIGTERM and SIGKILL when stopping workers
                       (default 30).
+  --stopped_timeout S (ddprun) Seconds a worker may stay stopped (SIGSTOP, state T) once every
+                      other worker of the job has exited, before ddprun ends it (SIGCONT and
+                      SIGTERM, then SIGKILL) as a failure (default 60; 0: at once).
 
 Output:
   --log_dir DIR       Write each worker's output to DIR/<run id>/attempt_<N>/rank_<R>.log (both

@@ -133,8 +133,13 @@ JobConfig make_job_config(const Options& options, const EnvLookup& env, const Ma
   config.max_restarts = options.max_restarts;
   config.monitor_interval = seconds(options.monitor_interval_s);
   config.grace_period = seconds(options.grace_period_s);
+  config.stopped_timeout = seconds(options.stopped_timeout_s);
   config.join_timeout = seconds_setting(options.rdzv_conf, "join_timeout", config.join_timeout);
   config.last_call_timeout = seconds_setting(options.rdzv_conf, "last_call_timeout", config.last_call_timeout);
+  config.keep_alive_interval = seconds_setting(options.rdzv_conf, "keep_alive_interval", config.keep_alive_interval);
+  if (auto it = options.rdzv_conf.find("keep_alive_max_attempt"); it != options.rdzv_conf.end()) {
+    config.keep_alive_max_attempt = static_cast<int>(detail::parse_int(it->second).value_or(3));
+  }
   config.log_dir = options.log_dir;
   config.redirects = options.redirects;
   config.tee = options.tee;

@@ -56,8 +56,11 @@ struct JobConfig {
   int max_restarts = 0;
   std::chrono::milliseconds monitor_interval{100};
   std::chrono::milliseconds grace_period{30000};
+  std::chrono::milliseconds stopped_timeout{60000};
   std::chrono::milliseconds join_timeout{600000};
   std::chrono::milliseconds last_call_timeout{30000};
+  std::chrono::milliseconds keep_alive_interval{5000};  // each agent's heartbeat period
+  int keep_alive_max_attempt = 3;                       // missed beats after which a node is dropped
   std::string log_dir;  // empty: no log files (unless --redirects/--tee ask for them)
   StreamSpec redirects;
   StreamSpec tee;
@@ -65,6 +68,11 @@ struct JobConfig {
   std::string role = "default";
   std::vector<std::string> notes;  // to print before starting (Slurm values used, flags ignored)
   std::string command_line;        // ddprun's own, shell-quoted: what runs the job again (set by main)
+
+  // Elastic: c10d re-forms the group in rounds (nodes that leave and join); static keeps its nodes.
+  bool elastic() const { return backend == RdzvBackend::C10d; }
+  // How long a node's heartbeat may stand still before it is dropped.
+  std::chrono::milliseconds silence_limit() const { return keep_alive_interval * keep_alive_max_attempt; }
 };
 
 // Applies defaults, --standalone and Slurm to `options` and checks that they fit together.

@@ -122,11 +122,14 @@ std::map<std::string, std::string> parse_rdzv_conf(const std::string& value, std
     }
     const std::string key = item.substr(0, eq);
     const std::string setting = item.substr(eq + 1);
-    if (key == "join_timeout" || key == "last_call_timeout") {
+    if (key == "join_timeout" || key == "last_call_timeout" || key == "keep_alive_interval") {
       parse_seconds("rdzv_conf " + key, setting, key == "last_call_timeout");
+    } else if (key == "keep_alive_max_attempt") {
+      parse_count("rdzv_conf keep_alive_max_attempt", setting, 1, "a number of missed heartbeats (1 or more)");
     } else {
       notes.push_back(cat("--rdzv_conf ", key, "=", setting,
-                          " is ignored: ddprun reads join_timeout and last_call_timeout only"));
+                          " is ignored: ddprun reads join_timeout, last_call_timeout, keep_alive_interval and "
+                          "keep_alive_max_attempt only"));
     }
     conf[key] = setting;
     start = comma + 1;
@@ -196,6 +199,8 @@ const std::map<std::string, Flag>& flags() {
        {true, [](Options& o, const std::string& v) { o.monitor_interval_s = parse_seconds("monitor_interval", v, false); }}},
       {"grace_period",
        {true, [](Options& o, const std::string& v) { o.grace_period_s = parse_seconds("grace_period", v, true); }}},
+      {"stopped_timeout",
+       {true, [](Options& o, const std::string& v) { o.stopped_timeout_s = parse_seconds("stopped_timeout", v, true); }}},
       {"log_dir",
        {true, [](Options& o, const std::string& v) {
           if (v.empty()) bad_value("log_dir", v, "a directory");

@@ -50,6 +50,8 @@ struct Options {
   int max_restarts = 0;
   double monitor_interval_s = 0.1;
   double grace_period_s = 30;  // ddprun's own flag: SIGTERM, then this long, then SIGKILL
+  double stopped_timeout_s = 60;  // ddprun's own flag: how long a worker may stay stopped (SIGSTOP)
+                                  // once the rest of the job has exited, before it is ended as a failure
   std::string log_dir;
   StreamSpec redirects;
   StreamSpec tee;

@@ -27,12 +27,11 @@ int Membership::rank_offset() const {
   return offset;
 }
 
-namespace {
-
 std::string encode_node(const NodeInfo& node) { return cat(node.nproc, "\n", node.host, "\n", node.pid); }
 
-NodeInfo decode_node(const std::string& text) {
+NodeInfo decode_node(const std::string& text, int agent) {
   NodeInfo node;
+  node.agent = agent;
   const auto first = text.find('\n');
   const auto second = text.find('\n', first + 1);
   if (first == std::string::npos || second == std::string::npos) {
@@ -45,35 +44,28 @@ NodeInfo decode_node(const std::string& text) {
   return node;
 }
 
-std::string how_to_start(const RendezvousSettings& s) {
-  return s.backend == RdzvBackend::Static
+std::string how_to_start(RdzvBackend backend) {
+  return backend == RdzvBackend::Static
              ? "Start ddprun on every node with the same --nnodes, --master_addr, --master_port and --rdzv_id, "
                "and each with its own --node_rank."
              : "Start ddprun on every node with the same --nnodes, --rdzv_endpoint and --rdzv_id.";
 }
 
-// The coordinator (c10d): waits for enough nodes and closes the group.
-int decide_node_count(Store& store, const RendezvousSettings& s, Clock::time_point deadline,
-                      const std::function<void()>& check_interrupt) {
-  std::int64_t last_count = -1;
-  auto last_change = Clock::now();
-  for (;;) {
-    const std::int64_t count = store.add(keys::kArrivals, 0);
-    if (count >= s.max_nodes) return s.max_nodes;
-    if (count != last_count) {
-      last_count = count;
-      last_change = Clock::now();
-    }
-    if (count >= s.min_nodes && Clock::now() - last_change >= s.last_call_timeout) return static_cast<int>(count);
-    if (Clock::now() >= deadline) {
-      throw TimeoutError(cat("only ", count, " of at least ", s.min_nodes, " nodes joined the job at ",
-                             s.store_address, " within ", detail::format_duration(s.join_timeout), ". ",
-                             how_to_start(s), " (--rdzv_conf join_timeout=SECONDS waits longer.)"));
-    }
-    // Sleep a little, waking at once if ddprun is asked to stop.
-    wait_for_keys(store, {keys::kNnodes}, std::min(deadline, Clock::now() + 100ms), check_interrupt);
+void tell_the_others(Store& store, int agent, const std::string& host, long pid, const std::string& why) {
+  try {
+    AttemptEnd failed;
+    failed.kind = AttemptEnd::Kind::AgentFailed;
+    failed.node_rank = agent;
+    failed.host = host;
+    failed.agent_pid = pid;
+    failed.what = cat("the ddprun of node ", agent, " (pid ", pid, " on ", host, ") could not join the job: ", why);
+    store.compare_set(keys::attempt(0, "end"), "", encode(failed));
+    store.add(keys::kLeft, 1);
+  } catch (const Error&) {
   }
 }
+
+namespace {
 
 void finish_rendezvous(Store& store, const RendezvousSettings& s, Membership& m, Clock::time_point deadline,
                        const std::function<void()>& check_interrupt);
@@ -84,21 +76,12 @@ Membership rendezvous(Store& store, const RendezvousSettings& s, const std::func
   const auto deadline = Clock::now() + s.join_timeout;
   const std::string me = cat("ddprun pid ", s.pid, " on ", s.host);
   Membership m;
-  if (s.backend == RdzvBackend::Static) {
-    m.node_rank = s.node_rank.value_or(0);
-    const std::string owner = store.compare_set(keys::claim(m.node_rank), "", me);
-    if (owner != me) {
-      throw MismatchError(cat("node rank ", m.node_rank, " is already taken by ", owner, " in the job at ",
-                              s.store_address, ". Give each node its own --node_rank (0 to nnodes-1), or give this "
-                              "job its own --rdzv_id and port."));
-    }
-  } else {
-    m.node_rank = static_cast<int>(store.add(keys::kArrivals, 1) - 1);
-    if (m.node_rank >= s.max_nodes) {
-      throw MismatchError(cat("the job at ", s.store_address, " already has its ", s.max_nodes,
-                              " nodes (this ddprun arrived as number ", m.node_rank + 1,
-                              "). Check --nnodes, or give this job its own --rdzv_id and endpoint."));
-    }
+  m.node_rank = m.agent = s.node_rank.value_or(0);
+  const std::string owner = store.compare_set(keys::claim(m.node_rank), "", me);
+  if (owner != me) {
+    throw MismatchError(cat("node rank ", m.node_rank, " is already taken by ", owner, " in the job at ",
+                            s.store_address, ". Give each node its own --node_rank (0 to nnodes-1), or give this "
+                            "job its own --rdzv_id and port."));
   }
   // From here on the other nodes count on this one: if it cannot go on, it tells them (through
   // the first attempt's end record) instead of leaving them waiting for their join timeout.
@@ -109,27 +92,13 @@ Membership rendezvous(Store& store, const RendezvousSettings& s, const std::func
       throw Error(cat("the job could not start: ", decode_attempt_end(store.get(first_end)).what));
     }
   };
-  auto tell_the_others = [&](const std::string& why) {
-    try {
-      AttemptEnd failed;
-      failed.kind = AttemptEnd::Kind::AgentFailed;
-      failed.node_rank = m.node_rank;
-      failed.host = s.host;
-      failed.agent_pid = s.pid;
-      failed.what = cat("the ddprun of node ", m.node_rank, " (pid ", s.pid, " on ", s.host,
-                        ") could not join the job: ", why);
-      store.compare_set(first_end, "", encode(failed));
-      store.add(keys::kLeft, 1);
-    } catch (const Error&) {
-    }
-  };
   try {
     finish_rendezvous(store, s, m, deadline, check);
   } catch (const Error& e) {
-    tell_the_others(e.what());
+    tell_the_others(store, m.agent, s.host, s.pid, e.what());
     throw;
   } catch (const Interrupted& i) {
-    tell_the_others(cat("it received ", signal_name(i.signal), " while joining"));
+    tell_the_others(store, m.agent, s.host, s.pid, cat("it received ", signal_name(i.signal), " while joining"));
     throw;
   }
   return m;
@@ -139,29 +108,21 @@ namespace {
 
 void finish_rendezvous(Store& store, const RendezvousSettings& s, Membership& m, Clock::time_point deadline,
                        const std::function<void()>& check_interrupt) {
-  store.set(keys::node(m.node_rank), encode_node({s.nproc, s.host, s.pid}));
-
+  store.set(keys::node(m.node_rank), encode_node({s.nproc, s.host, s.pid, m.agent}));
   if (s.coordinator) {
-    const int nnodes = s.backend == RdzvBackend::Static ? s.max_nodes : decide_node_count(store, s, deadline, check_interrupt);
     store.set(keys::kConfig, s.agreed);
-    store.set(keys::kNnodes, std::to_string(nnodes));
+    store.set(keys::kNnodes, std::to_string(s.max_nodes));
   }
   if (!wait_for_keys(store, {keys::kNnodes}, deadline, check_interrupt)) {
     throw TimeoutError(cat("the job at ", s.store_address, " did not start within ",
-                           detail::format_duration(s.join_timeout), ": its first node never decided the node count (",
-                           s.backend == RdzvBackend::Static ? "node 0 is missing" : "too few nodes arrived", "). ",
-                           how_to_start(s)));
+                           detail::format_duration(s.join_timeout), ": its first node never decided the node count "
+                           "(node 0 is missing). ", how_to_start(s.backend)));
   }
   m.nnodes = static_cast<int>(detail::parse_int(store.get(keys::kNnodes)).value_or(0));
-  if (m.node_rank >= m.nnodes) {
-    throw MismatchError(cat("the job at ", s.store_address, " started with ", m.nnodes,
-                            " nodes before this ddprun arrived. Start every node within --rdzv_conf "
-                            "last_call_timeout of each other, or give this job its own --rdzv_id and endpoint."));
-  }
   const std::string agreed = store.get(keys::kConfig);
   if (agreed != s.agreed) {
     throw MismatchError(cat("this node's flags differ from the first node's: here ", detail::quote(s.agreed, 200),
-                            ", there ", detail::quote(agreed, 200), ". ", how_to_start(s)));
+                            ", there ", detail::quote(agreed, 200), ". ", how_to_start(s.backend)));
   }
   std::vector<std::string> node_keys;
   for (int n = 0; n < m.nnodes; ++n) node_keys.push_back(keys::node(n));
@@ -173,10 +134,10 @@ void finish_rendezvous(Store& store, const RendezvousSettings& s, Membership& m,
     throw TimeoutError(cat("node rank", missing.size() == 1 ? " " : "s ", detail::join(missing),
                            " did not join the job at ", s.store_address, " within ",
                            detail::format_duration(s.join_timeout), " (", m.nnodes - static_cast<int>(missing.size()),
-                           " of ", m.nnodes, " nodes are here). ", how_to_start(s),
+                           " of ", m.nnodes, " nodes are here). ", how_to_start(s.backend),
                            " (--rdzv_conf join_timeout=SECONDS waits longer.)"));
   }
-  for (int n = 0; n < m.nnodes; ++n) m.nodes.push_back(decode_node(store.get(keys::node(n))));
+  for (int n = 0; n < m.nnodes; ++n) m.nodes.push_back(decode_node(store.get(keys::node(n)), n));
 }
 
 }  // namespace

@@ -22,16 +22,20 @@ std::string describe_worker_end(const WorkerExit& w) {
   return text;
 }
 
-// The lines of a worker that failed: where it ran, how it ended, its log and last lines.
-std::string describe_failure(const WorkerExit& w) {
+// Where a worker ran.
+std::string describe_place(const WorkerExit& w) {
   std::string out = cat("  rank       : ", w.rank, " (local rank ", w.local_rank, " on node ", w.node_rank, ")\n");
   out += cat("  host       : ", w.host, "\n");
   out += cat("  pid        : ", w.pid, "\n");
-  out += cat("  exit       : ", w.status(), w.signal != 0 ? " (the worker was killed by a signal)" : "", "\n");
-  out += cat("  time       : ", format_time(w.time), "\n");
-  out += cat("  log file   : ",
-             w.log_file.empty() ? std::string("none (pass --log_dir DIR to keep each worker's output)") : w.log_file,
-             "\n");
+  return out;
+}
+
+// A worker's log file and last lines.
+std::string describe_output(const WorkerExit& w) {
+  std::string out = cat("  log file   : ",
+                        w.log_file.empty() ? std::string("none (pass --log_dir DIR to keep each worker's output)")
+                                           : w.log_file,
+                        "\n");
   if (w.last_lines.empty()) {
     out += "  last lines : (it printed nothing)\n";
   } else {
@@ -39,6 +43,14 @@ std::string describe_failure(const WorkerExit& w) {
     for (const auto& line : w.last_lines) out += cat("    [", w.rank, "]: ", line, "\n");
   }
   return out;
+}
+
+// The lines of a worker that failed: where it ran, how it ended, its log and last lines.
+std::string describe_failure(const WorkerExit& w) {
+  std::string out = describe_place(w);
+  out += cat("  exit       : ", w.status(), w.signal != 0 ? " (the worker was killed by a signal)" : "", "\n");
+  out += cat("  time       : ", format_time(w.time), "\n");
+  return out + describe_output(w);
 }
 
 std::string describe_blame(const Blame& b) {
@@ -56,8 +68,7 @@ std::string describe_local(const std::vector<WorkerExit>& local, int node_rank, 
   if (local.empty()) return "";
   std::string out = cat("Workers on this node (node ", node_rank, ", host ", host, "):\n");
   for (const WorkerExit& w : local) {
-    const bool failed_first = root && root->kind == AttemptEnd::Kind::WorkerFailed && root->worker.rank == w.rank &&
-                              root->worker.pid == w.pid;
+    const bool failed_first = root && root->names_worker() && root->worker.rank == w.rank && root->worker.pid == w.pid;
     const bool blamed = root && root->blame && root->blame->rank == w.rank;
     const char* mark = "";
     if (blamed || (failed_first && !root->blame)) mark = "  <- root cause";
@@ -68,7 +79,18 @@ std::string describe_local(const std::vector<WorkerExit>& local, int node_rank, 
   return out;
 }
 
+std::string describe_history(const std::vector<std::string>& history) {
+  if (history.empty()) return "";
+  std::string out = cat("Membership changes (", history.size(), "):\n");
+  for (const auto& line : history) out += "  " + line + "\n";
+  return out;
+}
+
 }  // namespace
+
+std::string describe_straggler(const std::string& report) {
+  return report.empty() ? "" : cat("Last straggler report: ", report, "\n");
+}
 
 std::string format_summary(const SummaryInput& in) {
   const AttemptEnd& root = in.root;
@@ -84,10 +106,15 @@ std::string format_summary(const SummaryInput& in) {
       out += "Root cause (first failure):\n";
     }
     out += describe_failure(root.worker);
+  } else if (root.kind == AttemptEnd::Kind::WorkerStopped) {
+    out += cat("Root cause: ", root.what, "\n");
+    out += describe_place(root.worker) + describe_output(root.worker);
   } else {
     out += cat("Root cause: ", root.what, "\n");
   }
   out += describe_local(in.local, in.node_rank, in.host, &root);
+  out += describe_history(in.history);
+  out += describe_straggler(in.straggler);
   out += kRule + "\n";
   return out;
 }
@@ -108,6 +135,8 @@ std::string format_stop_report(const StopInput& in) {
                " (recorded by rank ", c.rank, ")\n");
     out += cat("To resume from it, run the same command again:\n  ", in.command, "\n");
   }
+  out += describe_history(in.history);
+  out += describe_straggler(in.straggler);
   out += kRule + "\n";
   return out;
 }

@@ -22,6 +22,8 @@ struct SummaryInput {
   int attempt = 0;  // 0-based (TORCHELASTIC_RESTART_COUNT)
   int max_restarts = 0;
   bool restarting = false;  // another attempt follows
+  std::vector<std::string> history;  // an elastic job's membership changes so far, a line each
+  std::string straggler;             // the job's last straggler report (rank 0's), if any
 };
 
 // A block of lines, framed by rules, ending in '\n'.
@@ -36,9 +38,14 @@ struct StopInput {
   std::chrono::milliseconds grace_period{0};
   std::optional<CheckpointRecord> checkpoint;  // the newest one this node's workers recorded
   std::string command;                         // ddprun's command line, to run again
+  std::vector<std::string> history;            // an elastic job's membership changes so far
+  std::string straggler;                       // the job's last straggler report (rank 0's), if any
 };
 
 // A block of lines, framed by rules, ending in '\n'.
 std::string format_stop_report(const StopInput& input);
+
+// "Last straggler report: <report>\n", or nothing for an empty one.
+std::string describe_straggler(const std::string& report);
 
 }  // namespace ddp::launcher

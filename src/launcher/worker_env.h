@@ -27,6 +27,7 @@ struct JobEnv {
   int max_restarts = 0;
   std::string error_file;  // TORCHELASTIC_ERROR_FILE when not empty
   std::string checkpoint_record;  // DDP_CHECKPOINT_RECORD when not empty (see checkpoint_record.h)
+  std::string straggler_report;   // DDP_STRAGGLER_REPORT when not empty (likewise)
 };
 
 // The variables to set on top of ddprun's environment `parent`:

@@ -96,8 +96,51 @@ WorkerGroup::Wakeup WorkerGroup::wait(int external_fd) {
       for (auto& w : workers_) drain(w, 100ms);
       return {Event::AllSucceeded};
     }
+    if (auto event = look_for_stopped_alone()) return {*event};
     if (pump(500ms, external_fd)) return {Event::External};
   }
+}
+
+void WorkerGroup::bound_stopped(std::chrono::milliseconds bound, int world_size,
+                                std::function<bool()> other_nodes_exited) {
+  stopped_bound_.emplace(StoppedBound{StoppedAloneClock(bound), world_size, std::move(other_nodes_exited), {}});
+}
+
+std::optional<WorkerGroup::Event> WorkerGroup::look_for_stopped_alone() {
+  if (!stopped_bound_) return std::nullopt;
+  StoppedBound& b = *stopped_bound_;
+  const auto now = Clock::now();
+  if (now - b.last_look < 200ms) return std::nullopt;  // /proc, at most 5 times a second
+  b.last_look = now;
+  int running = 0;
+  std::vector<SuspendedWorker> stopped;
+  for (auto& w : workers_) {
+    if (!w.running) continue;
+    ++running;
+    if (process_state(w.pid) == 'T') stopped.push_back({w.exit.rank, stopped_state(w.pid).value_or("suspended")});
+  }
+  const int count = static_cast<int>(stopped.size());
+  // The other nodes are asked only when this node's part holds (it may cost a store request).
+  const bool alone = launcher::stopped_alone(running, count, true, b.world_size) &&
+                     launcher::stopped_alone(running, count, b.other_nodes_exited(), b.world_size);
+  switch (b.clock.observe(alone, now)) {
+    case StoppedAloneClock::Change::None: return std::nullopt;
+    case StoppedAloneClock::Change::Began:
+      stopped_alone_ = std::move(stopped);
+      return Event::StoppedAlone;
+    case StoppedAloneClock::Change::Ended:
+      if (running == 0) return std::nullopt;  // it ended: wait() says how
+      return Event::Resumed;
+    case StoppedAloneClock::Change::Expired:
+      stopped_alone_ = std::move(stopped);
+      for (const auto& s : stopped_alone_) {
+        for (auto& w : workers_) {
+          if (w.exit.rank == s.rank) w.exit.suspended = s.state;
+        }
+      }
+      return Event::StoppedTooLong;
+  }
+  return std::nullopt;
 }
 
 void WorkerGroup::stop(int signal, std::chrono::milliseconds grace) {

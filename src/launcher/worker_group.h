@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -17,6 +18,7 @@
 #include "orphan_guard.h"
 #include "signals.h"
 #include "spawn.h"
+#include "stopped_alone.h"
 #include "worker_exit.h"
 #include "worker_output.h"
 
@@ -51,6 +53,12 @@ class WorkerGroup {
     AllSucceeded,  // every worker exited 0
     Signal,        // ddprun received a termination signal (signal())
     External,      // `external_fd` became readable
+    // With bound_stopped() (see stopped_alone.h): the workers still running are all stopped
+    // (stopped_alone() names them) and the rest of the job has exited; they run again; they have
+    // stayed so for the bound.
+    StoppedAlone,
+    Resumed,
+    StoppedTooLong,
   };
   struct Wakeup {
     Event event;
@@ -76,6 +84,13 @@ class WorkerGroup {
   std::vector<SuspendedWorker> find_suspended();
   // The lines of worker `index` that its output options' `keep` kept.
   std::vector<std::string> kept_lines(std::size_t index) const;
+  // Makes wait() watch for workers stopped alone: `world_size` is the job's; `other_nodes_exited`
+  // (asked only when this node's running workers are all stopped) says whether every other
+  // node's workers have exited.
+  void bound_stopped(std::chrono::milliseconds bound, int world_size, std::function<bool()> other_nodes_exited);
+  // The workers found stopped alone (after StoppedAlone or StoppedTooLong).
+  const std::vector<SuspendedWorker>& stopped_alone() const { return stopped_alone_; }
+
   // The first SIGINT/SIGTERM/SIGHUP ddprun received while this group ran, if any.
   std::optional<int> received_signal() const { return received_signal_; }
 
@@ -93,6 +108,7 @@ class WorkerGroup {
   // One round: waits up to `timeout` for output, signals or `external_fd`, then handles them.
   // Returns true when `external_fd` is readable.
   bool pump(std::chrono::milliseconds timeout, int external_fd);
+  std::optional<Event> look_for_stopped_alone();
   void read_output(Worker& w, int stream);
   void reap();
   void on_exit(Worker& w, int status);
@@ -113,6 +129,14 @@ class WorkerGroup {
   bool stopping_ = false;
   std::chrono::steady_clock::time_point stop_began_;
   bool escalate_ = false;  // a new request to stop arrived while stopping: SIGKILL now
+  struct StoppedBound {
+    StoppedAloneClock clock;
+    int world_size;
+    std::function<bool()> other_nodes_exited;
+    std::chrono::steady_clock::time_point last_look;
+  };
+  std::optional<StoppedBound> stopped_bound_;
+  std::vector<SuspendedWorker> stopped_alone_;
 };
 
 }  // namespace ddp::launcher

@@ -7,10 +7,12 @@
 
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 
 #include "ddp/torch/checkpoint.h"
 #include "final_model.h"
+#include "sample_log.h"
 #include "support/multiprocess.h"
 
 namespace ddp {
@@ -18,6 +20,9 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
+using test::read_sample_log;
+using test::SampleLogLine;
+using test::samples_per_epoch;
 
 struct TrainRun {
   int exit_code;
@@ -44,7 +49,8 @@ class FashionMnist : public ::testing::Test {
     return {result.signal ? 128 + result.signal : result.exit_code, result.output};
   }
 
-  std::vector<std::string> lines(const fs::path& file) {
+  std::vector<std::string> lines(const fs::path& file) { return lines_of(file); }
+  static std::vector<std::string> lines_of(const fs::path& file) {
     std::ifstream in(file);
     std::vector<std::string> out;
     for (std::string line; std::getline(in, line);) out.push_back(line);
@@ -75,6 +81,11 @@ TEST_F(FashionMnist, LearnsStopsResumesExactlyAndPassesOverADamagedCheckpoint) {
             std::string::npos) << whole.output;
   EXPECT_NE(whole.output.find("[0]:epoch 2/2: train loss"), std::string::npos) << whole.output;
   EXPECT_EQ(whole.output.find("[1]:epoch"), std::string::npos) << "only rank 0 reports:\n" << whole.output;
+  // Each epoch's straggler report (which rank, if any, held the others back).
+  EXPECT_TRUE(std::regex_search(whole.output, std::regex(R"(\[0\]:  (no straggler over \d+ steps|rank \d \(host .*\) is the straggler))")))
+      << whole.output;
+  EXPECT_NE(whole.output.find("ddprun: the job succeeded; its last straggler report: "), std::string::npos)
+      << whole.output;
   auto csv = lines(root_ / "whole" / "metrics.csv");
   ASSERT_EQ(csv.size(), 3u) << whole.output;
   EXPECT_EQ(csv[0], "epoch,train_loss,test_loss,test_accuracy,lr,seconds,samples_per_second");
@@ -130,6 +141,71 @@ TEST_F(FashionMnist, LearnsStopsResumesExactlyAndPassesOverADamagedCheckpoint) {
   EXPECT_NE(third.output.find("checkpoint \"" + files[0] + "\" cannot be used (truncated"), std::string::npos)
       << third.output;
   EXPECT_NE(third.output.find("resumed from " + files[1]), std::string::npos) << third.output;
+}
+
+TEST_F(FashionMnist, ResumesAtAnotherWorldSizeAndTrainsOnEverySampleOnce) {
+  // 2 ranks stop after 5 of epoch 1's 8 steps (640 samples); 3 ranks take the other 384.
+  const auto ids2 = root_ / "ids-at-2", ids3 = root_ / "ids-at-3";
+  fs::create_directories(ids2);
+  fs::create_directories(ids3);
+  auto first = train("resized", {"--stop-after", "5", "--sample-log", ids2.string()}, 2);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  auto second = train("resized", {"--sample-log", ids3.string()}, 3);
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_NE(second.output.find("[0]:resumed at world size 3 (written at 2): sample 640 of 1,024 of epoch 1"),
+            std::string::npos)
+      << second.output;
+  EXPECT_NE(second.output.find("sampler position 0 of 128"), std::string::npos) << second.output;
+  std::vector<SampleLogLine> lines = read_sample_log(ids2);
+  for (auto& line : read_sample_log(ids3)) {
+    line.round = 1;  // the second run resumed the first
+    lines.push_back(std::move(line));
+  }
+  const auto seen = samples_per_epoch(lines);
+  ASSERT_EQ(seen.count(0), 1u);
+  const auto& epoch = seen.at(0);
+  EXPECT_EQ(epoch.size(), 1024u) << "a sample of the interrupted epoch was never trained on";
+  for (const auto& [id, times] : epoch) {
+    EXPECT_GE(id, 0);
+    EXPECT_LT(id, 1024);
+    EXPECT_EQ(times, 1) << "sample " << id << " trained on " << times << " times in the interrupted epoch";
+  }
+  // The next epoch, at 3 ranks from its start: 342 each, the last 2 of them the padding.
+  long total = 0;
+  for (const auto& [id, times] : seen.at(1)) total += times;
+  EXPECT_EQ(seen.at(1).size(), 1024u);
+  EXPECT_EQ(total, 1026);
+  EXPECT_EQ(lines_of(root_ / "resized" / "metrics.csv").size(), 3u) << second.output;
+}
+
+// --amp on the CPU: the forward and the loss run under bfloat16 autocast. The run learns about as
+// the float32 one does but is not bit-identical to it (the autocast took effect), and it resumes
+// from a float32 run's checkpoint (which holds no GradScaler state: the CPU uses none).
+TEST_F(FashionMnist, AmpTrainsUnderBfloat16AutocastAndResumesAFloat32Checkpoint) {
+  auto fp32 = train("fp32", {"--epochs", "1"});
+  ASSERT_EQ(fp32.exit_code, 0) << fp32.output;
+  auto amp = train("amp", {"--epochs", "1", "--amp"});
+  ASSERT_EQ(amp.exit_code, 0) << amp.output;
+  EXPECT_NE(amp.output.find("1 epochs of 8 steps, batch 64 per rank, bfloat16 autocast"), std::string::npos)
+      << amp.output;
+  const auto fp32_csv = lines(root_ / "fp32" / "metrics.csv"), amp_csv = lines(root_ / "amp" / "metrics.csv");
+  ASSERT_EQ(fp32_csv.size(), 2u) << fp32.output;
+  ASSERT_EQ(amp_csv.size(), 2u) << amp.output;
+  const double fp32_loss = std::stod(columns(fp32_csv[1])[1]), amp_loss = std::stod(columns(amp_csv[1])[1]);
+  EXPECT_NEAR(amp_loss, fp32_loss, 0.05 * fp32_loss) << fp32_csv[1] << "\n" << amp_csv[1];
+  auto a = final_model("fp32"), b = final_model("amp");
+  ASSERT_EQ(a.size(), b.size());
+  bool differs = false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(at::isfinite(b[i]).all().item<bool>()) << "tensor " << i;
+    differs = differs || !at::equal(a[i], b[i]);
+  }
+  EXPECT_TRUE(differs) << "--amp trained exactly as float32: autocast had no effect";
+
+  auto resumed = train("fp32", {"--epochs", "2", "--amp"});
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from"), std::string::npos) << resumed.output;
+  EXPECT_NE(resumed.output.find("[0]:epoch 2/2: train loss"), std::string::npos) << resumed.output;
 }
 
 TEST_F(FashionMnist, GradientAccumulationAndBadInput) {

@@ -54,6 +54,17 @@ TEST(CheckpointRecord, TheNewestOfTheRanksWinsAndBadRecordsAreNamed) {
   EXPECT_FALSE(std::filesystem::exists(folder)) << "the folder outlived ddprun";
 }
 
+TEST(CheckpointRecord, TheLastStragglerReportIsItsFirstLineAndNothingWithoutOne) {
+  CheckpointRecords records;
+  EXPECT_EQ(std::filesystem::path(records.straggler_path()).parent_path(),
+            std::filesystem::path(records.path_for(0)).parent_path());
+  EXPECT_EQ(records.last_straggler_report(), "");
+  std::ofstream(records.straggler_path()) << "rank 1 (host h) is the straggler: ...\n";
+  EXPECT_EQ(records.last_straggler_report(), "rank 1 (host h) is the straggler: ...");
+  std::ofstream(records.straggler_path()) << std::string(70 * 1024, 'x');
+  EXPECT_EQ(records.last_straggler_report().size(), 64u * 1024) << "a runaway file is cut, not printed whole";
+}
+
 TEST(CheckpointRecord, AnUnusableTmpdirIsNamed) {
   const char* before = std::getenv("TMPDIR");
   const std::string saved = before ? before : "";

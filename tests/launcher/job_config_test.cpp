@@ -38,6 +38,7 @@ TEST(JobConfig, SingleNodeDefaults) {
   EXPECT_EQ(c.node_rank, 0);
   EXPECT_EQ(c.run_id, "none");
   EXPECT_EQ(c.grace_period.count(), 30000);
+  EXPECT_EQ(c.stopped_timeout.count(), 60000);
   EXPECT_EQ(c.join_timeout.count(), 600000);
 }
 

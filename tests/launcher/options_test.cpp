@@ -32,6 +32,8 @@ TEST(Options, DefaultsMatchTorchrun) {
   EXPECT_EQ(o.rdzv_id, "none");
   EXPECT_EQ(o.max_restarts, 0);
   EXPECT_FALSE(o.standalone);
+  EXPECT_DOUBLE_EQ(o.stopped_timeout_s, 60);
+  EXPECT_DOUBLE_EQ(parse_command_line({"--stopped_timeout=2.5", "p"}).stopped_timeout_s, 2.5);
   EXPECT_EQ(o.program, "./train");
   EXPECT_TRUE(o.program_args.empty());
 }
@@ -120,7 +122,8 @@ TEST(Options, HelpExplainsEveryFlag) {
   const std::string help = help_text();
   for (const char* flag : {"--nproc_per_node", "--nnodes", "--node_rank", "--master_addr", "--master_port",
                            "--rdzv_backend", "--rdzv_endpoint", "--rdzv_id", "--rdzv_conf", "--standalone",
-                           "--max_restarts", "--monitor_interval", "--grace_period", "--log_dir", "--redirects",
+                           "--max_restarts", "--monitor_interval", "--grace_period", "--stopped_timeout", "--log_dir",
+                           "--redirects",
                            "--tee", "--local_ranks_filter", "--no_python", "--module", "--role", "--start_method",
                            "--help", "--version", "SLURM_NNODES", "Exit status"}) {
     EXPECT_NE(help.find(flag), std::string::npos) << flag;
@@ -142,6 +145,7 @@ TEST(Options, NonNumericCounts) {
   expect_contains(error_of({"--max_restarts=x", "p"}), {"--max_restarts", "\"x\""});
   expect_contains(error_of({"--master_port=70000", "p"}), {"--master_port", "1 to 65535"});
   expect_contains(error_of({"--monitor_interval=0", "p"}), {"--monitor_interval", "positive"});
+  expect_contains(error_of({"--stopped_timeout=-1", "p"}), {"--stopped_timeout", "\"-1\"", "0 or more"});
   expect_contains(error_of({"--redirects=4", "p"}), {"--redirects", "\"4\"", "0 (none)"});
   expect_contains(error_of({"--tee=0:5", "p"}), {"--tee", "\"0:5\""});
   expect_contains(error_of({"--local_ranks_filter=a", "p"}), {"--local_ranks_filter", "list of local ranks"});

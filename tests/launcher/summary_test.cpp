@@ -85,6 +85,35 @@ TEST(AttemptEnd, TheBlameTravelsWithTheFailure) {
   EXPECT_FALSE(decode_attempt_end(encode(end)).blame);
 }
 
+TEST(AttemptEnd, AStoppedWorkerTravelsWithItsState) {
+  AttemptEnd end;
+  end.kind = AttemptEnd::Kind::WorkerStopped;
+  end.worker = failed_worker();
+  end.worker.suspended = "suspended (state T in /proc/4242/stat)";
+  end.what = "rank 5 stayed suspended ...";
+  const AttemptEnd back = decode_attempt_end(encode(end));
+  EXPECT_EQ(back.kind, AttemptEnd::Kind::WorkerStopped);
+  EXPECT_EQ(back.worker.rank, 5);
+  EXPECT_EQ(back.worker.pid, 4242);
+  EXPECT_EQ(back.worker.suspended, end.worker.suspended);
+  EXPECT_EQ(back.worker.last_lines, end.worker.last_lines);
+  EXPECT_EQ(back.what, end.what);
+  EXPECT_TRUE(back.restartable()) << "a worker failure, as any other";
+  // The summary: the sentence, where it ran, its output, and the mark in its node's list.
+  WorkerExit mine = end.worker;
+  mine.stopped = true;
+  mine.exit_code = 0;
+  mine.signal = 0;
+  const std::string text = format_summary({.root = back, .local = {mine}, .node_rank = 1, .host = "node02"});
+  for (const char* f : {"Root cause: rank 5 stayed suspended ...\n  rank       : 5 (local rank 1 on node 1)\n",
+                        "  pid        : 4242\n", "log file   : /logs/job/attempt_0/rank_5.log", "[5]: loading data",
+                        "rank 5 (local rank 1, pid 4242): stopped by ddprun (exit code 0); it had been suspended "
+                        "(state T in /proc/4242/stat) when the attempt ended  <- root cause"}) {
+    EXPECT_NE(text.find(f), std::string::npos) << "missing '" << f << "' in:\n" << text;
+  }
+  EXPECT_EQ(text.find("  exit       :"), std::string::npos) << "it had not exited when the record was written\n" << text;
+}
+
 TEST(AttemptEnd, RejectsForeignText) {
   EXPECT_THROW(decode_attempt_end("hello"), Error);
   EXPECT_THROW(decode_attempt_end("ddprun-attempt-end 1\nkind=exploded\n"), Error);
@@ -122,6 +151,18 @@ TEST(Summary, WithoutLogDirItSaysHowToKeepLogs) {
   EXPECT_NE(text.find("it printed nothing"), std::string::npos) << text;
   EXPECT_NE(text.find("attempt 1 of 1"), std::string::npos) << text;
   EXPECT_EQ(text.find("restarting"), std::string::npos) << text;
+}
+
+TEST(Summary, TheSummaryAndTheStopReportEndWithTheLastStragglerReport) {
+  AttemptEnd root;
+  root.kind = AttemptEnd::Kind::AgentLost;
+  root.what = "the ddprun of node 3 vanished";
+  const std::string line = "rank 1 (host h) is the straggler: its step takes 2.00x the median rank's";
+  std::string text = format_summary({.root = root, .straggler = line});
+  EXPECT_NE(text.find("Last straggler report: " + line + "\n"), std::string::npos) << text;
+  EXPECT_EQ(format_summary({.root = root}).find("straggler"), std::string::npos);
+  text = format_stop_report({.signal = SIGINT, .what = "ddprun received SIGINT", .straggler = line});
+  EXPECT_NE(text.find("Last straggler report: " + line + "\n"), std::string::npos) << text;
 }
 
 TEST(Summary, OtherRootCausesAreASentence) {

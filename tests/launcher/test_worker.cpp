@@ -7,6 +7,7 @@
 //   --fail-signal S        ... or raise signal S instead
 //   --fail-below-restart N ... only while TORCHELASTIC_RESTART_COUNT < N
 //   --fail-delay-ms MS     ... after waiting this long
+//   --exit-rank R          on rank R: exit 0 here (before --then)
 //   --check-lost R         after --check-delay-ms, print "lost R: yes|no attempt=A" from the job's
 //                          store (MASTER_ADDR:MASTER_PORT)
 //   --chunks N             print N long lines, each written in small pieces with pauses
@@ -71,7 +72,7 @@ int main(int argc, char** argv) {
   std::string pid_dir, then = "exit";
   bool print_env = false, spawn_child = false, allreduce = false;
   int check_lost = -1, fail_rank = -1, fail_code = 3, fail_signal = 0, fail_below = 1 << 30, chunks = 0;
-  int fail_delay_ms = 0, check_delay_ms = 0, then_below = 1 << 30;
+  int fail_delay_ms = 0, check_delay_ms = 0, then_below = 1 << 30, exit_rank = -1;
   int bar = 0, train = 0, timeout_ms = 30000, step_ms = 50, record_step = -1, checkpoint_ms = 0;
   bool tty_report = false;
   for (int i = 1; i < argc; ++i) {
@@ -95,6 +96,7 @@ int main(int argc, char** argv) {
     else if (arg == "--chunks") chunks = std::stoi(next());
     else if (arg == "--then") then = next();
     else if (arg == "--fail-delay-ms") fail_delay_ms = std::stoi(next());
+    else if (arg == "--exit-rank") exit_rank = std::stoi(next());
     else if (arg == "--check-delay-ms") check_delay_ms = std::stoi(next());
     else if (arg == "--then-below-restart") then_below = std::stoi(next());
     else if (arg == "--tty-report") tty_report = true;
@@ -173,6 +175,10 @@ int main(int argc, char** argv) {
       ::raise(fail_signal);
     }
     return fail_code;
+  }
+  if (rank == exit_rank) {
+    say("rank " + std::to_string(rank) + " exiting");
+    return 0;
   }
   if (check_lost >= 0) {
     ddp::TCPStoreOptions options;

@@ -58,6 +58,9 @@ TEST(WorkerEnv, NamesTheCheckpointRecord) {
   JobEnv job;
   job.checkpoint_record = "/tmp/ddprun-checkpoints-x/rank_3";
   EXPECT_EQ(worker_environment({}, job, map_env({})).at("DDP_CHECKPOINT_RECORD"), "/tmp/ddprun-checkpoints-x/rank_3");
+  EXPECT_FALSE(worker_environment({}, job, map_env({})).count("DDP_STRAGGLER_REPORT"));
+  job.straggler_report = "/tmp/ddprun-checkpoints-x/straggler_report";
+  EXPECT_EQ(worker_environment({}, job, map_env({})).at("DDP_STRAGGLER_REPORT"), job.straggler_report);
 }
 
 }  // namespace

@@ -38,24 +38,13 @@ Launch::Launch(std::vector<std::string> argv, std::map<std::string, std::string>
     throw std::runtime_error("pipe failed");
   }
   if (::pipe2(err, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
+  const ExecImage image(argv_, env);
   pid_ = ::fork();
   if (pid_ == 0) {
     ::setpgid(0, 0);
     ::dup2(out[1], STDOUT_FILENO);
     ::dup2(err[1], STDERR_FILENO);
-    for (const auto& [key, value] : env) {
-      if (value == kUnset) {
-        ::unsetenv(key.c_str());
-      } else {
-        ::setenv(key.c_str(), value.c_str(), 1);
-      }
-    }
-    std::vector<char*> args;
-    for (auto& a : argv_) args.push_back(a.data());
-    args.push_back(nullptr);
-    ::execvp(args[0], args.data());
-    std::fprintf(stderr, "exec %s failed: %s\n", args[0], std::strerror(errno));
-    ::_exit(127);
+    image.exec();
   }
   ::setpgid(pid_, pid_);
   ::close(out[1]);

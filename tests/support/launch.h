@@ -9,14 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "support/exec_image.h"    // kUnset
 #include "support/multiprocess.h"  // free_port
 
 namespace ddp::test {
 
 using namespace std::chrono_literals;
-
-// As a value in Launch's env: remove the variable.
-inline const std::string kUnset = "<unset>";
 
 struct LaunchOptions {
   // stdout is a pseudo-terminal (as in a terminal window), passing output on as written (no

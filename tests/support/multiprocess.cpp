@@ -1,7 +1,5 @@
 #include "support/multiprocess.h"
 
-#include <algorithm>
-
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -16,6 +14,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <thread>
+
+#include "support/exec_image.h"
 
 namespace ddp::test {
 namespace {
@@ -37,6 +37,7 @@ struct Child {
 Child spawn(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env) {
   int pipefd[2];
   if (::pipe2(pipefd, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
+  const ExecImage image(argv, env);
   Child child;
   child.pid = ::fork();
   if (child.pid == 0) {
@@ -44,13 +45,7 @@ Child spawn(const std::vector<std::string>& argv, const std::map<std::string, st
     ::setpgid(0, 0);
     ::dup2(pipefd[1], STDOUT_FILENO);
     ::dup2(pipefd[1], STDERR_FILENO);
-    for (const auto& [key, value] : env) ::setenv(key.c_str(), value.c_str(), 1);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execvp(args[0], args.data());
-    std::fprintf(stderr, "exec %s failed: %s\n", args[0], std::strerror(errno));
-    ::_exit(127);
+    image.exec();
   }
   ::close(pipefd[1]);
   child.out = pipefd[0];

@@ -44,6 +44,7 @@
 #include "ddp/process_group.h"
 #include "ddp/torch/comm_hooks.h"
 #include "ddp/torch/join.h"
+#include "ddp/torch/straggler_report.h"
 
 namespace ddp {
 
@@ -85,6 +86,7 @@ class DDPCore {
   std::optional<at::Device> output_device() const;
   // The current bucket plan (parameter indices in registration order, per bucket).
   std::vector<std::vector<std::size_t>> bucket_plan() const;
+  StragglerReport straggler_report();
 
   class Impl;
 
@@ -194,6 +196,13 @@ class DistributedDataParallelImpl : public torch::nn::Module, public Joinable {
   const std::shared_ptr<ProcessGroup>& process_group() const { return core_->process_group(); }
   const DDPOptions& options() const { return core_->options(); }
   std::vector<std::vector<std::size_t>> bucket_plan() const { return core_->bucket_plan(); }
+
+  // Collective (every rank of the group calls it at the same point, like an all_reduce): which
+  // rank is the slowest over the synchronized steps since the previous call, and where its time
+  // goes (ddp/torch/straggler_report.h). Every rank gets the same report; report.text is the line
+  // to print. Timing the steps costs a few clock reads per step; the report one small all_gather.
+  // Under ddprun, rank 0's last one appears in the launcher's summary.
+  StragglerReport straggler_report() { return core_->straggler_report(); }
 
   // Joinable (ddp/torch/join.h): what ddp::join needs of the model.
   std::unique_ptr<JoinHook> join_hook(JoinContext& context) override { return core_->join_hook(context); }

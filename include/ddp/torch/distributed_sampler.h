@@ -24,10 +24,14 @@
 // the `randperm` option says which PyTorch to reproduce there: RandpermCompat::kModern (the
 // default: PyTorch 2.7 and later) or kLegacy (PyTorch up to 2.6, LibTorch 1.13). See docs/DATA.md.
 //
-// Mid-epoch resume: state() returns {epoch, seed, consumed, ...}, a small struct to put in a
-// checkpoint (or use save/load with torch::serialize archives); set_state() on a new sampler makes
-// the next pass continue with exactly the next batch. A state saved on any rank restores on
-// every rank (all ranks consume the same number of indices per step).
+// Mid-epoch resume, at any world size: state() returns {epoch, seed, consumed, ...}, a small
+// struct to put in a checkpoint (or use save/load with torch::serialize archives); it says which
+// permutation the epoch uses (seed and epoch) and how many samples of it the whole job consumed.
+// set_state() on a new sampler continues the epoch: at the same world size with exactly the next
+// batch (PyTorch's sequence, index for index); at another world size the rest of the epoch is
+// split over the new ranks, so that across the change every sample is seen once (see "Passes and
+// positions" below). A state saved on rank 0 restores on every rank (with even shards, any
+// rank's does: all ranks consume the same number of indices per step).
 #pragma once
 
 #include <torch/data/samplers/base.h>
@@ -58,20 +62,58 @@ struct DistributedSamplerOptions {
   std::uint64_t seed = 0;           // the generator is seeded seed + epoch (wrapping modulo 2^64)
   bool drop_last = false;           // trim the tail to a multiple of num_replicas instead of padding
   RandpermCompat randperm = RandpermCompat::kModern;  // only matters from kRandpermLargeSize on
+  // true (PyTorch's): every rank gets as many indices, the shards evened out by repeating the
+  // permutation's first indices (or by drop_last's trim). false: each rank gets exactly its share,
+  // no index twice; ranks differ by at most one index (rank r of R: ceil((N - r) / R)), so the
+  // ranks take different numbers of steps: with ddp::Join an epoch sees every sample exactly once.
+  // drop_last must be false then.
+  bool even_shards = true;
 };
 
-// Where a sampler stands in its epoch: what a checkpoint needs to resume mid-epoch.
+// Where a sampler stands in its epoch: what a checkpoint needs to resume mid-epoch, at the same
+// world size or another.
 struct DistributedSamplerState {
   std::int64_t epoch = 0;      // the epoch of the pass under way (or of the next pass)
   std::uint64_t seed = 0;      // the sampler's seed
   std::int64_t consumed = 0;   // indices this rank has handed out in that pass
-  std::int64_t dataset_size = 0;  // checked on restore: the shards depend on it
-  int num_replicas = 1;           // checked on restore: the shards depend on it
+  std::int64_t dataset_size = 0;  // checked on restore: the permutation depends on it
+  int num_replicas = 1;           // the world size it was saved at
+  std::int64_t start = 0;  // samples of the epoch the job had consumed when the pass began (0, but
+                           // for a pass resumed at another world size)
+
+  // The samples of the epoch the whole job has consumed: positions [0, samples_consumed()) of its
+  // sequence, min(start + consumed * num_replicas, dataset_size). Exact in rank 0's state (rank 0
+  // has the most indices); in any rank's with even shards.
+  std::int64_t samples_consumed() const;
 };
 
 // PyTorch's len(sampler): how many indices each rank gets per epoch. dataset_size / num_replicas
 // rounded up (padding), or down with drop_last. Throws InvalidArgument as distributed_indices.
 std::int64_t distributed_num_samples(std::int64_t dataset_size, int num_replicas, bool drop_last);
+
+// Passes and positions. An epoch's sequence is its permutation repeated: position k holds
+// perm[k % N] (N = dataset_size; the positions past N are the padding). A pass starts at position
+// `start`, the samples the job consumed before it (0 at an epoch's start), and rank r of R reads
+// positions start + r, start + r + R, start + r + 2R, ...: as many as
+//   even shards:                 ceil((N - start) / R) for every rank (padding past N),
+//   even shards with drop_last:  floor((N - start) / R) (the last (N - start) % R samples are not seen),
+//   even_shards = false:         those below N, ceil((N - start - r) / R) (no padding).
+// Every rank takes one index per position step, so after c indices each the job has consumed
+// positions [start, start + c R): the state is that one number, whatever R was, and a pass at
+// another R continues from it. At start 0 (any mode but even_shards = false) this is PyTorch's
+// DistributedSampler, and a pass resumed at the same R is the rest of PyTorch's sequence.
+
+// The indices rank `rank` reads in a pass from position `start` (see above). Throws
+// InvalidArgument as distributed_indices, for start outside [0, dataset_size], and for
+// drop_last with even_shards = false.
+std::int64_t distributed_pass_size(std::int64_t dataset_size, int num_replicas, int rank, std::int64_t start,
+                                   bool drop_last = false, bool even_shards = true);
+
+// Those indices: a pure function. Time and memory as distributed_indices. Thread-safe.
+std::vector<std::int64_t> distributed_pass_indices(std::int64_t dataset_size, int num_replicas, int rank,
+                                                   std::uint64_t seed, std::int64_t epoch, std::int64_t start,
+                                                   bool shuffle = true, bool drop_last = false, bool even_shards = true,
+                                                   RandpermCompat randperm = RandpermCompat::kModern);
 
 // The indices rank `rank` of `num_replicas` reads in epoch `epoch`: a pure function, equal to
 // list(torch.utils.data.distributed.DistributedSampler(range(dataset_size), num_replicas, rank,
@@ -103,26 +145,30 @@ std::vector<std::int64_t> torch_randperm(std::int64_t n, std::uint64_t seed,
 class DistributedSampler : public torch::data::samplers::Sampler<std::vector<std::size_t>> {
  public:
   // Throws InvalidArgument: num_replicas < 1, rank < 0 or >= num_replicas, dataset_size beyond
-  // int64 (a negative size converted to size_t); Error: num_replicas or rank not given and the
-  // default process group not initialized (call ddp::init_process_group first, or pass both).
+  // int64 (a negative size converted to size_t), drop_last with even_shards = false; Error:
+  // num_replicas or rank not given and the default process group not initialized (call
+  // ddp::init_process_group first, or pass both).
   explicit DistributedSampler(std::size_t dataset_size, DistributedSamplerOptions options = {});
 
   // Sets the epoch the next pass uses (PyTorch's set_epoch): seeds the permutation seed + epoch.
   // Takes effect at the next reset(), or at once when the current pass has not handed out an
-  // index yet. Call it before every epoch with the same value on every rank.
+  // index yet or has handed out all. Call it before every epoch with the same value on every rank.
   // Throws InvalidArgument for epoch < 0.
   void set_epoch(std::int64_t epoch);
   std::int64_t epoch() const;
 
   // PyTorch's len(sampler): the number of indices this rank gets per epoch.
   std::size_t size() const;
+  // The number of indices this rank hands out in the pass under way (or the next): size(), but
+  // for a pass resumed at another world size (its share of the rest of the epoch).
+  std::size_t pass_size() const;
 
   int num_replicas() const;
   int rank() const;
   std::size_t dataset_size() const;
 
-  // This rank's indices for epoch() (what a whole pass over it hands out), without touching the
-  // position of the pass under way.
+  // This rank's indices for epoch() (what a whole pass over it hands out: from the epoch's
+  // start), without touching the position of the pass under way.
   std::vector<std::int64_t> indices() const;
 
   // Starts a new pass (see above). `new_size`: the dataset's new size; a change restarts the
@@ -141,10 +187,14 @@ class DistributedSampler : public torch::data::samplers::Sampler<std::vector<std
   DistributedSamplerState state() const;
 
   // Restores a position: the next pass (after the reset() that the data loader's begin() calls)
-  // continues epoch state.epoch from index state.consumed, with seed state.seed. Throws
-  // InvalidArgument when state.dataset_size or state.num_replicas differ from this sampler's
-  // (the shards would differ: start the epoch afresh with set_epoch(state.epoch) instead), or
-  // when consumed or epoch is negative or consumed exceeds size().
+  // continues epoch state.epoch with seed state.seed. Saved at this world size (num_replicas),
+  // it continues that pass from index state.consumed. Saved at another, it starts a pass over
+  // the rest of the epoch, from position state.samples_consumed(): the samples the old ranks did
+  // not reach, split over this sampler's ranks (pass_size() says how many are this rank's).
+  // Throws InvalidArgument when state.dataset_size differs from this sampler's (another
+  // permutation: start the epoch afresh with set_epoch(state.epoch) instead), when epoch,
+  // consumed or start is negative, num_replicas below 1, start beyond dataset_size, or consumed
+  // beyond what a rank reads in that pass.
   void set_state(const DistributedSamplerState& state);
 
   // state()/set_state() through a torch::serialize archive (torch::save(sampler, path) works).

@@ -121,6 +121,13 @@ void Sync::check_abort(std::string_view what) const {
   if (by == 0) return;
   const int rank = static_cast<int>(by) - 1;
   if (rank == me_) throw Error(cat("shared-memory ", what, ": this rank's group was aborted after an earlier error"));
+  // A peer that gave up most often did so because another one died: name the dead one, the cause.
+  for (int p = 0; p < layout_.ranks; ++p) {
+    if (p != me_ && p != rank && watch_.exited(p)) {
+      throw PeerLostError(cat("shared-memory ", what, ": ", describe(p), " exited during it (", describe(rank),
+                              " gave up on the group as well)"));
+    }
+  }
   throw PeerLostError(cat("shared-memory ", what, ": ", describe(rank),
                           " gave up on the group after an error of its own (its output says which)"));
 }

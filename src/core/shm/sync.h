@@ -13,7 +13,8 @@
 // the peer's counter with FUTEX_WAIT (shared, not private: the word is in a shared mapping) in
 // slices of at most 20 ms. Between slices they check the deadline (TimeoutError naming the ranks
 // that did not arrive), the peers' liveness (PeerLostError naming the rank that exited) and the
-// abort word (PeerLostError naming the rank that gave up). Publishing wakes sleepers only when
+// abort word (PeerLostError naming the rank that gave up, or
+// rather a peer that has exited, the likelier cause). Publishing wakes sleepers only when
 // there are any, so a step costs no system call while both sides are awake.
 #pragma once
 

@@ -7,14 +7,19 @@
 #include <ATen/core/grad_mode.h>
 #include <torch/cuda.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <unordered_set>
 
 #include "ddp/distributed.h"
 #include "ddp/error.h"
+#include "ddp/torch/checkpoint.h"
 #include "ddp/torch/distributed_data_parallel.h"
+#include "net/socket.h"
 #include "reducer/model_sync.h"
 #include "reducer/reducer.h"
 #include "reducer/timeline.h"
+#include "util/log.h"
 #include "util/strings.h"
 
 namespace ddp::detail {
@@ -73,6 +78,18 @@ void check_devices(const ModuleState& state, const DDPOptions& options) {
   }
 }
 
+// Under ddprun, DDP_STRAGGLER_REPORT names the file where the launcher finds the last report for
+// its summary. Not being able to write it costs only that line, so it is logged, not thrown.
+void tell_launcher(const std::string& text) {
+  const char* path = std::getenv("DDP_STRAGGLER_REPORT");
+  if (!path || !*path) return;
+  try {
+    write_file_atomically(path, text + "\n");
+  } catch (const std::exception& e) {
+    log(LogLevel::Warn, "cannot write the straggler report for the launcher (DDP_STRAGGLER_REPORT): ", e.what());
+  }
+}
+
 }  // namespace
 
 class DDPCore::Impl {
@@ -96,13 +113,14 @@ class DDPCore::Impl {
     device_ = state.params.front().device();
     timeline_ = Timeline::from_env(group_->rank());
     reducer_ = std::make_unique<Reducer>(group_, std::move(state.params), std::move(state.names), options_,
-                                         timeline_.get());
+                                         timeline_.get(), clock_);
   }
 
   // `join`: the running join; under one, buffers come from the highest rank still training (rank
   // 0 may have joined), as in PyTorch.
   void pre_forward(JoinContext* join) {
     forward_start_ = Clock::now();
+    clock_.forward_begins(forward_start_);
     reducer_->before_forward(join);
     if (broadcasts_buffers()) broadcast_buffers(join ? join->training_ranks().back() : 0);
   }
@@ -121,8 +139,35 @@ class DDPCore::Impl {
   const at::Device& device() const { return device_; }
 
   void post_forward(const std::vector<at::Tensor>& outputs) {
-    if (timeline_) timeline_->span("forward", Timeline::kCompute, forward_start_, Clock::now());
+    const auto end = Clock::now();
+    clock_.forward_ends(end);
+    if (timeline_) timeline_->span("forward", Timeline::kCompute, forward_start_, end);
     reducer_->after_forward(outputs);
+  }
+
+  // Collective: one all_gather of every rank's step times since the previous report.
+  StragglerReport straggler_report() {
+    struct Wire {  // one rank's times, as the all_gather carries them
+      double steps, forward, backward, bucket_wait, outside;
+      char host[64];
+    };
+    const RankStepTimes mine = clock_.take();
+    Wire wire{static_cast<double>(mine.steps), mine.forward, mine.backward, mine.bucket_wait, mine.outside, {}};
+    const std::string host = local_hostname();
+    std::strncpy(wire.host, host.c_str(), sizeof wire.host - 1);
+    std::vector<Wire> all(static_cast<std::size_t>(group_->size()));
+    group_->all_gather(Buffer{&wire, sizeof wire, DataType::UInt8},
+                       Buffer{all.data(), sizeof(Wire) * all.size(), DataType::UInt8}, Launch::OnWait)
+        ->wait();
+    std::vector<RankStepTimes> ranks;
+    for (std::size_t r = 0; r < all.size(); ++r) {
+      const Wire& w = all[r];
+      ranks.push_back({static_cast<int>(r), std::string(w.host, strnlen(w.host, sizeof w.host)),
+                       static_cast<std::int64_t>(w.steps), w.forward, w.backward, w.bucket_wait, w.outside});
+    }
+    StragglerReport report = make_straggler_report(std::move(ranks));
+    if (group_->rank() == 0) tell_launcher(report.text);
+    return report;
   }
 
   Reducer& reducer() { return *reducer_; }
@@ -147,6 +192,7 @@ class DDPCore::Impl {
   std::vector<at::Tensor> states_;  // parameters, then buffers: what construction and a join's end broadcast
   at::Device device_{at::kCPU};
   std::unique_ptr<Timeline> timeline_;  // before reducer_: it outlives the reducer
+  StepClock clock_;                     // likewise
   std::unique_ptr<Reducer> reducer_;
   Clock::time_point forward_start_;
 };
@@ -191,5 +237,6 @@ const DDPOptions& DDPCore::options() const { return impl_->options(); }
 std::optional<at::Device> DDPCore::input_device() const { return impl_->input_device(); }
 std::optional<at::Device> DDPCore::output_device() const { return impl_->output_device(); }
 std::vector<std::vector<std::size_t>> DDPCore::bucket_plan() const { return impl_->reducer().bucket_plan(); }
+StragglerReport DDPCore::straggler_report() { return impl_->straggler_report(); }
 
 }  // namespace ddp::detail

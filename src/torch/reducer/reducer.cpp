@@ -39,13 +39,14 @@ std::string times(int n) { return cat(n, n == 1 ? " time" : " times"); }
 }  // namespace
 
 Reducer::Reducer(std::shared_ptr<ProcessGroup> group, std::vector<at::Tensor> params, std::vector<std::string> names,
-                 const DDPOptions& options, Timeline* timeline)
+                 const DDPOptions& options, Timeline* timeline, StepClock& clock)
     : group_(std::move(group)),
       world_(group_->size()),
       params_(std::move(params)),
       names_(std::move(names)),
       options_(options),
       timeline_(timeline),
+      clock_(clock),
       specs_(specs_of(params_)),
       accumulators_(params_.size()),
       arrivals_(params_.size(), options_.static_graph),
@@ -128,7 +129,10 @@ void Reducer::after_forward(const std::vector<at::Tensor>& outputs) {
 // Autograd thread: parameter i's gradient has been accumulated into .grad.
 void Reducer::on_gradient(std::size_t i) {
   used_[i] = 1;  // also under no_sync: the accumulated gradient counts at the next synchronization
-  if (no_sync_) return;
+  if (no_sync_) {
+    if (!in_local_backward_) begin_local_backward();
+    return;
+  }
   if (!in_backward_) begin_backward();
   switch (arrivals_.arrive(i)) {
     case Arrivals::Verdict::Counted:
@@ -188,6 +192,20 @@ void Reducer::shadow_backward(JoinContext& join) {
   start_iteration();
   for (std::size_t p = 0; p < params_.size(); ++p) mark_ready(p);  // every bucket, in bucket order
   finalize();
+}
+
+void Reducer::begin_local_backward() {
+  in_local_backward_ = true;
+  std::weak_ptr<std::atomic<Reducer*>> self = self_;
+  torch::autograd::Engine::get_default_engine().queue_callback([self] {
+    if (auto cell = self.lock()) {
+      if (Reducer* reducer = cell->load()) {
+        reducer->in_local_backward_ = false;
+        const auto end = Clock::now();
+        reducer->clock_.backward_ends(end, end, end, /*synchronized=*/false);
+      }
+    }
+  });
 }
 
 void Reducer::mark_ready(std::size_t p) {
@@ -250,6 +268,7 @@ void Reducer::finalize() {
   const auto wait_start = Clock::now();
   if (!skip_communication()) write_back(used);
   const auto end = Clock::now();
+  clock_.backward_ends(backward_end, wait_start, end, /*synchronized=*/true);
   if (timeline_) {
     timeline_->span("backward", Timeline::kCompute, backward_start_, backward_end);
     timeline_->span("wait for buckets", Timeline::kCompute, wait_start, end);

@@ -25,6 +25,7 @@
 #include "reducer/bucket.h"
 #include "reducer/bucket_plan.h"
 #include "reducer/readiness.h"
+#include "reducer/step_clock.h"
 #include "reducer/timeline.h"
 
 namespace torch::autograd {
@@ -37,9 +38,10 @@ class Reducer {
  public:
   // Plans the buckets for `params` (named `names` in errors) and hooks their gradient
   // accumulators. Uses options.bucket_cap_mb, find_unused_parameters, static_graph and
-  // gradient_as_bucket_view. `timeline` (may be null) outlives the reducer.
+  // gradient_as_bucket_view. `timeline` (may be null) and `clock` outlive the reducer; `clock`
+  // learns when each backward ends.
   Reducer(std::shared_ptr<ProcessGroup> group, std::vector<at::Tensor> params, std::vector<std::string> names,
-          const DDPOptions& options, Timeline* timeline);
+          const DDPOptions& options, Timeline* timeline, StepClock& clock);
   // Waits for launched communication; the hooks left on the parameters become inert.
   ~Reducer();
   Reducer(const Reducer&) = delete;
@@ -71,6 +73,8 @@ class Reducer {
   void on_gradient(std::size_t param);
   void begin_backward();
   void start_iteration();
+  // Under no_sync: the end of this local backward is queued, for the step clock.
+  void begin_local_backward();
   void mark_ready(std::size_t param);
   void launch(std::size_t bucket);
   void finalize();
@@ -96,6 +100,7 @@ class Reducer {
   std::vector<std::string> names_;
   const DDPOptions options_;
   Timeline* timeline_;
+  StepClock& clock_;
   std::vector<ParamSpec> specs_;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // the ones hooked, per parameter
   std::vector<Bucket> buckets_;
@@ -110,6 +115,7 @@ class Reducer {
   int divisor_ = 0;                              // this iteration's, once known
   Clock::time_point backward_start_;
   bool in_backward_ = false;
+  bool in_local_backward_ = false;  // a backward under no_sync
   bool no_sync_ = false;
   bool synced_once_ = false;
 };

@@ -1,6 +1,8 @@
 // The pure parts of the shared-memory path: the reduction kernel against a scalar reference, the
-// host plan, identities and the segment layout.
+// host plan, identities, the segment layout and what a wait says when a peer is gone.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -10,7 +12,9 @@
 #include "reduce/half.h"
 #include "shm/kernels.h"
 #include "shm/layout.h"
+#include "ddp/error.h"
 #include "shm/rendezvous.h"
+#include "shm/sync.h"
 #include "shm/topology.h"
 
 namespace ddp::detail::shm {
@@ -260,6 +264,41 @@ TEST(ShmLayout, TheChunkShrinksToKeepManyRanksUnderTheCap) {
   EXPECT_LE(Layout::make(64, c).total_bytes, t.max_segment_bytes);
   t.chunk_bytes = 5000;  // rounded down to whole pages
   EXPECT_EQ(chunk_for(t, 2), 4096u);
+}
+
+// The pid of a process that has exited and been reaped.
+pid_t a_dead_pid() {
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ::waitpid(child, nullptr, 0);
+  return child;
+}
+
+std::string wait_error(std::vector<pid_t> pids, int aborted_by) {
+  const Layout l = Layout::make(3, kPage);
+  std::vector<char> segment(l.total_bytes + kPage);
+  void* base = segment.data() + (kPage - reinterpret_cast<std::uintptr_t>(segment.data()) % kPage) % kPage;
+  l.header(base)->aborted_by.store(static_cast<std::uint32_t>(aborted_by + 1));
+  Sync sync(base, l, 0, {0, 1, 2}, PeerWatch(std::move(pids)), std::chrono::microseconds(0), false);
+  try {
+    sync.wait_for(1, 1, std::chrono::steady_clock::now() + std::chrono::seconds(5), "all_reduce");
+  } catch (const PeerLostError& e) {
+    return e.what();
+  }
+  return "no PeerLostError";
+}
+
+TEST(ShmSync, APeerThatGaveUpAfterAnotherDiedNamesTheDeadOne) {
+  // Rank 2 aborted the group, most likely on finding rank 1 dead: the error names rank 1, the cause.
+  const pid_t dead = a_dead_pid();
+  const std::string message = wait_error({-1, dead, ::getpid()}, 2);
+  EXPECT_NE(message.find("rank 1 (pid " + std::to_string(dead) + ") exited during it"), std::string::npos) << message;
+  EXPECT_NE(message.find("rank 2 (pid " + std::to_string(::getpid()) + ") gave up on the group as well"),
+            std::string::npos) << message;
+  // With every peer alive, the one that gave up is named.
+  const std::string alive = wait_error({-1, ::getpid(), ::getpid()}, 2);
+  EXPECT_NE(alive.find("rank 2 (pid " + std::to_string(::getpid()) + ") gave up on the group after an error of its own"),
+            std::string::npos) << alive;
 }
 
 }  // namespace

@@ -388,11 +388,14 @@ TEST(TorchProtocol, AWatcherThatStopsReadingIsDroppedNotBuffered) {
   RawTorch watcher(server.port());
   watcher.send(query(tw::Query::WatchKey, "/big"));
   EXPECT_EQ(watcher.read(1), tw::encode_watch_registered());
-  TCPStore writer(client_of(server.port()));
+  // Generous: under ThreadSanitizer the server needs many seconds to push 200 MB into the socket,
+  // and each set waits behind that work.
+  auto options = client_of(server.port());
+  options.timeout = 120s;
+  TCPStore writer(options);
   testing::internal::CaptureStderr();
   const std::string value(kMaxStoreValueBytes, 'x');
   for (int i = 0; i < 3; ++i) writer.set("/big", value);  // 64, 128, 128 MiB of events: past the cap
-  // Generous: under ThreadSanitizer the server needs many seconds to push 200 MB into the socket.
   const auto end = std::chrono::steady_clock::now() + 120s;
   while (server.num_clients() > 1 && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(10ms);
   const std::string log = testing::internal::GetCapturedStderr();

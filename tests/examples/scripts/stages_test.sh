@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/stages.sh, the stages of scripts/test.sh: a failing CTest stage does not stop the run;
-# it ends with each stage's result, the failed tests, and the main run's summary line last, and
+# it ends with each stage's result and time, the failed tests, and the main run's summary line last, and
 # exits non-zero. A run where everything passes exits 0.
 #   stages_test.sh SOURCE_DIR
 set -uo pipefail
@@ -34,11 +34,13 @@ out="$(run '
 status=$?
 [ "$status" -ne 0 ] || fail "a failed run exited 0"
 expect_contains "$out" "== fuzzing" "the stages after the failure"
-expect_contains "$out" "all tests: FAILED (50% tests passed, 1 tests failed out of 2; log: $tmp/ctest.log)"
+expect_contains "$out" "all tests: FAILED after 0 min 0" "how long the stage took"
+expect_contains "$out" " s (50% tests passed, 1 tests failed out of 2; log: $tmp/ctest.log)"
 expect_contains "$out" $'\n    2 - Bad.Fails (Failed)\n' "the list of failed tests"
-expect_contains "$out" "build with ASan: FAILED (exit status 1)"
+expect_contains "$out" "build with ASan: FAILED (exit status 1) after 0 min 0"
 expect_contains "$out" "core tests under ASan: NOT RUN (the build failed)"
-expect_contains "$out" "fuzzing: passed"
+expect_contains "$out" "fuzzing: passed in 0 min 0"
+expect_contains "$out" "== results (0 min 0" "the whole run's time"
 expect_eq "$(tail -n 1 <<<"$out")" "50% tests passed, 1 tests failed out of 2" "the last line"
 results="${out##*== results}"
 expect_contains "$results" "Bad.Fails" "the results, after the CTest output"
@@ -47,7 +49,7 @@ expect_contains "$results" "Bad.Fails" "the results, after the CTest output"
 out="$(run 'ctest_stage "all tests" "'"$tmp"'/ok.log" ctest --test-dir "'"$tmp"'/build" -R Good || true; stage "fuzzing" true || true')"
 expect_eq "$?" 0 "exit status of a run that passed"
 expect_eq "$(tail -n 1 <<<"$out")" "100% tests passed, 0 tests failed out of 1" "the last line"
-expect_contains "$out" "all tests: passed (100% tests passed, 0 tests failed out of 1)"
+expect_contains "$out" " s (100% tests passed, 0 tests failed out of 1)"
 
 # A main build that fails: the last line says the tests did not run.
 out="$(run 'stage "build" false || skip_stage "all tests" "the build failed"')"

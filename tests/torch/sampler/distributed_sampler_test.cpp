@@ -7,7 +7,9 @@
 #include <torch/data/samplers/serialize.h>
 #include <torch/serialize.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <numeric>
 #include <set>
 #include <sstream>
 #include <string>
@@ -341,15 +343,11 @@ TEST(DistributedSampler, BadArgumentsSayWhatIsWrongAndHowToFixIt) {
 
 TEST(DistributedSampler, SetStateRejectsAStateOfAnotherSetup) {
   DistributedSampler sampler(10, {.num_replicas = 2, .rank = 0});
-  DistributedSamplerState state{.epoch = 1, .seed = 0, .consumed = 2, .dataset_size = 10, .num_replicas = 4};
+  DistributedSamplerState state{.epoch = 1, .seed = 0, .consumed = 2, .dataset_size = 11, .num_replicas = 2};
   EXPECT_EQ(error_of([&] { sampler.set_state(state); }),
-            "DistributedSampler::set_state: the state was saved with dataset_size 10 and num_replicas 4, this sampler "
-            "has 10 and 2: its position means nothing here. To start that epoch afresh, call set_epoch(state.epoch) "
-            "instead");
-  state.num_replicas = 2;
-  state.dataset_size = 11;
-  EXPECT_NE(error_of([&] { sampler.set_state(state); }).find("saved with dataset_size 11 and num_replicas 2"),
-            std::string::npos);
+            "DistributedSampler::set_state: the state was saved with dataset_size 11, this sampler has 10: the "
+            "epoch's permutation depends on it, so its position means nothing here. To start that epoch afresh, "
+            "call set_epoch(state.epoch) instead");
   state.dataset_size = 10;
   state.consumed = 6;
   EXPECT_EQ(error_of([&] { sampler.set_state(state); }),
@@ -357,10 +355,154 @@ TEST(DistributedSampler, SetStateRejectsAStateOfAnotherSetup) {
   state.consumed = -1;
   EXPECT_EQ(error_of([&] { sampler.set_state(state); }),
             "DistributedSampler::set_state: consumed -1 is outside [0, 5], the indices a rank reads per epoch");
+  state.num_replicas = 4;  // another world size is fine; its ranks read 3 each
+  state.consumed = 4;
+  EXPECT_EQ(error_of([&] { sampler.set_state(state); }),
+            "DistributedSampler::set_state: consumed 4 is outside [0, 3], the indices a rank reads per epoch");
+  state.start = 6;
+  state.consumed = 2;
+  EXPECT_EQ(error_of([&] { sampler.set_state(state); }),
+            "DistributedSampler::set_state: consumed 2 is outside [0, 1], the indices a rank reads in a pass from "
+            "sample 6");
+  state.start = 11;
+  EXPECT_EQ(error_of([&] { sampler.set_state(state); }),
+            "DistributedSampler::set_state: start 11 is outside [0, 10], the samples of an epoch");
+  state.start = 0;
+  state.num_replicas = 0;
+  EXPECT_EQ(error_of([&] { sampler.set_state(state); }),
+            "DistributedSampler::set_state: num_replicas 0 is not a world size (at least 1)");
+  state.num_replicas = 2;
   state.consumed = 0;
   state.epoch = -2;
   EXPECT_EQ(error_of([&] { sampler.set_state(state); }),
             "DistributedSampler::set_state: epoch must be non-negative, got -2");
+}
+
+// The indices every rank of `world` reads from `sampler_state` on, through a data loader each.
+std::vector<std::int64_t> rest_of_epoch(std::int64_t n, int world, const DistributedSamplerState& saved,
+                                        std::vector<std::size_t>* pass_sizes = nullptr) {
+  std::vector<std::int64_t> seen;
+  for (int rank = 0; rank < world; ++rank) {
+    DistributedSampler sampler(static_cast<std::size_t>(n), {.num_replicas = world, .rank = rank});
+    sampler.set_state(saved);
+    if (pass_sizes) pass_sizes->push_back(sampler.pass_size());
+    auto loader = make_loader(static_cast<std::size_t>(n), sampler, 4);
+    sampler.set_epoch(saved.epoch);  // the training loop's: keeps the restored position
+    const auto mine = one_pass(*loader);
+    seen.insert(seen.end(), mine.begin(), mine.end());
+  }
+  return seen;
+}
+
+TEST(DistributedSampler, ResumesAtAnotherWorldSizeWithTheRestOfTheEpoch) {
+  // 100 samples over 3 ranks (34 each, 2 of them padding); after 4 batches of 8 on each, the job
+  // has consumed 96 positions: the other 4 samples go to the 2 ranks of the resumed run.
+  std::vector<std::int64_t> seen;
+  DistributedSamplerState saved;
+  for (int rank = 0; rank < 3; ++rank) {
+    DistributedSampler sampler(100, {.num_replicas = 3, .rank = rank, .seed = 11});
+    auto loader = make_loader(100, sampler, 8);
+    sampler.set_epoch(2);
+    const auto done = one_pass(*loader, 4);
+    seen.insert(seen.end(), done.begin(), done.end());
+    if (rank == 0) saved = sampler.state();
+  }
+  EXPECT_EQ(saved.consumed, 32);
+  EXPECT_EQ(saved.num_replicas, 3);
+  EXPECT_EQ(saved.samples_consumed(), 96);
+  std::vector<std::size_t> sizes;
+  const auto rest = rest_of_epoch(100, 2, saved, &sizes);
+  EXPECT_EQ(sizes, (std::vector<std::size_t>{2, 2}));
+  seen.insert(seen.end(), rest.begin(), rest.end());
+  std::sort(seen.begin(), seen.end());
+  std::vector<std::int64_t> every(100);
+  std::iota(every.begin(), every.end(), 0);
+  EXPECT_EQ(seen, every) << "each sample of the epoch once";
+
+  // And through an archive, into 5 ranks: the state says where the resumed pass began.
+  DistributedSampler one(100, {.num_replicas = 5, .rank = 1});
+  std::stringstream stream;
+  {
+    DistributedSampler source(100, {.num_replicas = 3, .rank = 0, .seed = 11});
+    source.set_state(saved);
+    torch::save(source, stream);
+  }
+  torch::load(one, stream);
+  const DistributedSamplerState resumed = one.state();
+  EXPECT_EQ(resumed.start, 96);
+  EXPECT_EQ(resumed.consumed, 0);
+  EXPECT_EQ(resumed.num_replicas, 5);
+  EXPECT_EQ(resumed.samples_consumed(), 96);
+  EXPECT_EQ(one.pass_size(), 1u);  // 4 samples for 5 ranks: one each, the fifth a repeat (padding)
+  EXPECT_EQ(one.size(), 20u);      // a whole epoch's share
+  one.reset();
+  EXPECT_EQ(one.next(10).value(),
+            std::vector<std::size_t>{static_cast<std::size_t>(distributed_pass_indices(100, 5, 1, 11, 2, 96)[0])});
+  // Its next epoch is PyTorch's again.
+  one.set_epoch(3);
+  one.reset();
+  const auto epoch3 = one.next(100).value();
+  EXPECT_EQ(std::vector<std::int64_t>(epoch3.begin(), epoch3.end()), distributed_indices(100, 5, 1, 11, 3));
+  EXPECT_EQ(one.state().start, 0);
+}
+
+TEST(DistributedSampler, AStateSavedMidwayThroughAResumedPassResumesAgain) {
+  // 3 ranks -> 2 ranks -> 4 ranks within one epoch of 61 samples.
+  DistributedSampler r0(61, {.num_replicas = 3, .rank = 0});
+  r0.next(5);
+  DistributedSampler second(61, {.num_replicas = 2, .rank = 0});
+  second.set_state(r0.state());  // 15 consumed
+  second.reset();
+  second.next(7);
+  const DistributedSamplerState again = second.state();
+  EXPECT_EQ(again.start, 15);
+  EXPECT_EQ(again.samples_consumed(), 29);
+  std::vector<std::int64_t> seen;
+  for (int rank = 0; rank < 3; ++rank) {
+    const auto all = distributed_indices(61, 3, rank, 0, 0);
+    seen.insert(seen.end(), all.begin(), all.begin() + 5);
+  }
+  for (int rank = 0; rank < 2; ++rank) {
+    const auto all = distributed_pass_indices(61, 2, rank, 0, 0, 15);
+    seen.insert(seen.end(), all.begin(), all.begin() + 7);
+  }
+  const auto rest = rest_of_epoch(61, 4, again);
+  seen.insert(seen.end(), rest.begin(), rest.end());
+  // 15 at 3 ranks, 14 at 2, the last 32 at 4 (8 each: no padding needed).
+  std::sort(seen.begin(), seen.end());
+  std::vector<std::int64_t> every(61);
+  std::iota(every.begin(), every.end(), 0);
+  EXPECT_EQ(seen, every) << "each sample of the epoch once";
+}
+
+TEST(DistributedSampler, AnArchiveOfAnEarlierVersionHasNoStartAndResumesAtItsWorldSize) {
+  torch::serialize::OutputArchive out;
+  out.write("ddp_distributed_sampler_epoch", c10::IValue(std::int64_t{1}));
+  out.write("ddp_distributed_sampler_seed", c10::IValue(std::int64_t{3}));
+  out.write("ddp_distributed_sampler_consumed", c10::IValue(std::int64_t{4}));
+  out.write("ddp_distributed_sampler_dataset_size", c10::IValue(std::int64_t{20}));
+  out.write("ddp_distributed_sampler_num_replicas", c10::IValue(std::int64_t{2}));
+  std::stringstream stream;
+  out.save_to(stream);
+  torch::serialize::InputArchive in;
+  in.load_from(stream);
+  DistributedSampler sampler(20, {.num_replicas = 2, .rank = 1});
+  sampler.load(in);
+  sampler.reset();
+  const auto rest = sampler.next(100).value();
+  const auto full = distributed_indices(20, 2, 1, 3, 1);
+  EXPECT_EQ(std::vector<std::int64_t>(rest.begin(), rest.end()), tail(full, 4));
+}
+
+TEST(DistributedSampler, WithoutEvenShardsRanksGetTheirExactShare) {
+  DistributedSampler rank0(10, {.num_replicas = 4, .rank = 0, .even_shards = false});
+  DistributedSampler rank3(10, {.num_replicas = 4, .rank = 3, .even_shards = false});
+  EXPECT_EQ(rank0.size(), 3u);
+  EXPECT_EQ(rank3.size(), 2u);
+  EXPECT_EQ(rank3.indices(), distributed_pass_indices(10, 4, 3, 0, 0, 0, true, false, false));
+  EXPECT_EQ(error_of([] { DistributedSampler(10, {.num_replicas = 4, .rank = 0, .drop_last = true, .even_shards = false}); }),
+            "DistributedSampler: drop_last trims the shards to one length, and even_shards = false gives each rank "
+            "exactly its share: choose one");
 }
 
 }  // namespace

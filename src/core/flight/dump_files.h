@@ -1,0 +1,23 @@
+// Finding and reading the dumps of one run: the *.flight files of a folder (or files named one by
+// one), the newest run's only. Reading a dump is bounded by its file's real size (flight/dump.h).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "flight/dump.h"
+
+namespace ddp::detail {
+
+struct LoadedDumps {
+  std::vector<FlightDump> dumps;      // one per rank, of the run with the newest dump, by rank
+  std::vector<std::string> problems;  // files that could not be read: each message names its file and the fault
+  std::vector<std::string> ignored;   // dumps of other runs (another job id or attempt), and of a rank twice
+  std::size_t files = 0;              // dump files found
+};
+
+// `paths`: folders (every *.flight file in them, not below) and files. A path that does not exist
+// is a problem, not an exception.
+LoadedDumps load_dumps(const std::vector<std::string>& paths);
+
+}  // namespace ddp::detail
