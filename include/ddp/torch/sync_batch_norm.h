@@ -110,7 +110,7 @@ int convert_sync_batchnorm(torch::nn::Module& module, std::shared_ptr<ProcessGro
 template <typename M>
 int convert_sync_batchnorm(const torch::nn::ModuleHolder<M>& module,
                            std::shared_ptr<ProcessGroup> process_group = nullptr) {
-  return convert_sync_batchnorm(*module, std::move(process_group));
+  return convert_sync_batchnorm(*module.ptr(), std::move(process_group));  // the module, not a const view
 }
 template <typename M>
 int convert_sync_batchnorm(const std::shared_ptr<M>& module, std::shared_ptr<ProcessGroup> process_group = nullptr) {

@@ -3,10 +3,12 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
 #include <algorithm>
+#include <functional>
 
 #include "ddp/error.h"
 #include "ddp/torch/collectives.h"
@@ -118,7 +120,40 @@ void Reducer::refresh_hooks() {
   }
 }
 
+namespace {
+
+// Runs `fn` when a backward reaches the node it is added to, inside that backward's graph task.
+class BackwardReachedHook final : public torch::autograd::FunctionPreHook {
+ public:
+  explicit BackwardReachedHook(std::function<void()> fn) : fn_(std::move(fn)) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& grads) override {
+    fn_();
+    return grads;
+  }
+
+ private:
+  std::function<void()> fn_;
+};
+
+}  // namespace
+
 void Reducer::after_forward(const std::vector<at::Tensor>& outputs) {
+  // The backward starts where it reaches an output (PyTorch's _DDPSink), not at the first
+  // gradient: a gradient may first arrive inside a re-entrant backward (activation
+  // checkpointing), whose graph task would run the end-of-backward callback too early.
+  if (!no_sync_) {
+    std::weak_ptr<std::atomic<Reducer*>> self = self_;
+    for (const auto& output : outputs) {
+      if (!output.defined() || !output.grad_fn()) continue;
+      output.grad_fn()->add_pre_hook(std::make_unique<BackwardReachedHook>([self] {
+        if (auto cell = self.lock()) {
+          if (Reducer* reducer = cell->load(); reducer && !reducer->no_sync_ && !reducer->in_backward_) {
+            reducer->begin_backward();
+          }
+        }
+      }));
+    }
+  }
   // static_graph needs no search: the first backward counts what arrives.
   if (!options_.find_unused_parameters || options_.static_graph || no_sync_) return;
   unreached_.clear();
@@ -191,7 +226,7 @@ void Reducer::shadow_backward(JoinContext& join) {
   used_.assign(params_.size(), 0);  // this rank contributes zeros
   start_iteration();
   for (std::size_t p = 0; p < params_.size(); ++p) mark_ready(p);  // every bucket, in bucket order
-  finalize();
+  finalize(/*shadow=*/true);
 }
 
 void Reducer::begin_local_backward() {
@@ -239,14 +274,14 @@ void Reducer::launch(std::size_t b) {
 
 // End of backward (queued on the autograd engine; a rank that has joined calls it from its
 // shadow): every bucket launched, waited for, written back.
-void Reducer::finalize() {
+void Reducer::finalize(bool shadow) {
   in_backward_ = false;
   const auto backward_end = Clock::now();
   if (arrivals_.learning()) {
     // static_graph's first backward: launched only now, in the order the gradients arrived.
     for (std::size_t p : arrivals_.first_arrivals()) mark_ready(p);
     for (std::size_t p = 0; p < params_.size(); ++p) mark_ready(p);
-  } else if (options_.static_graph) {
+  } else if (options_.static_graph && !shadow) {
     const auto missing = arrivals_.short_of_expected();
     if (!missing.empty()) {
       fail(cat("DistributedDataParallel (static_graph): the graph changed after the first iteration: ",

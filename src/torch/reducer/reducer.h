@@ -77,7 +77,8 @@ class Reducer {
   void begin_local_backward();
   void mark_ready(std::size_t param);
   void launch(std::size_t bucket);
-  void finalize();
+  // `shadow`: a joined rank's shadow backward, in which no gradient arrives.
+  void finalize(bool shadow = false);
   [[noreturn]] void fail(const std::string& message);
   std::string describe(const std::vector<std::size_t>& params) const;
   std::string describe_arrivals(const std::vector<std::size_t>& params) const;
