@@ -114,6 +114,9 @@ class JoinRun final : public JoinContext {
   static constexpr int kSkewWarning = 1000;  // PyTorch's threshold for its uneven-inputs warning
 
   void announce(bool training, const JoinIteration& iteration) {
+    // The previous announcement is read first, even if nobody asked: last_joiners() needs the
+    // last one that had ranks training.
+    if (pending()) current();
     const auto values = announcement_contribution(group_->rank(), group_->size(), training, iteration);
     at::Tensor t = at::tensor(values, at::kFloat).to(device_);
     auto work = all_reduce_async(t, ReduceOp::SUM, group_);
@@ -121,6 +124,11 @@ class JoinRun final : public JoinContext {
     pending_ = t;
     work_ = std::move(work);
     decoded_ = false;
+  }
+
+  bool pending() const {
+    std::lock_guard lock(mutex_);
+    return work_ && !decoded_;
   }
 
   Announcement current() {

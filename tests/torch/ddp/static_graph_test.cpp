@@ -45,8 +45,11 @@ struct Shared : torch::nn::Module {
     unused = register_module("unused", torch::nn::Linear(20, 4));
   }
   at::Tensor forward(const at::Tensor& x, bool checkpoint = true) {
+    // A re-entrant checkpoint's backward runs only if an input requires grad (as with
+    // torch.utils.checkpoint), so the batch is made to.
     auto apply = [&](const at::Tensor& in) {
-      return checkpoint ? Checkpointed::apply(in, shared.get()) : torch::tanh(shared(in));
+      if (!checkpoint) return torch::tanh(shared(in));
+      return Checkpointed::apply(in.requires_grad() ? in : in.detach().requires_grad_(true), shared.get());
     };
     auto h = apply(x);
     if (twice) h = apply(h);
