@@ -1,13 +1,15 @@
 // One DDP training step (forward, backward with the gradient all-reduce, SGD step), timed on one
 // rank of a ddp job; run_ddp_step.py runs it beside PyTorch's DDP (torch_ddp_step.py), and
 // scripts/gpu_check.sh runs it on a GPU.
-//   ddp_step_bench --model mlp|cnn|resnet50 [--no-ddp] [--steps N] [--batch B]
-//                  [--device cpu|cuda] [--backend gloo|nccl] [--comm-hook allreduce]
+//   ddp_step_bench --model mlp|cnn|fashion|resnet50 [--no-ddp] [--steps N] [--batch B]
+//                  [--device cpu|cuda] [--backend gloo|nccl] [--comm-hook allreduce] [--sync-bn]
 // Prints "<median step ms>" on rank 0. On the CPU (the default) each rank uses one intra-op
 // thread and gloo; with --device cuda each rank uses the GPU its LOCAL_RANK names, nccl by default,
 // and every step ends with a device synchronization. --comm-hook allreduce registers the default
 // all-reduce hook explicitly, so that a group of one still fills and averages its buckets (DDP's
-// own work without communication; without a hook a group of one skips it).
+// own work without communication; without a hook a group of one skips it). `fashion` is the
+// training example's network (examples/fashion_mnist/net.h), with --sync-bn its SyncBatchNorm
+// variant; run_sync_bn_step.py compares the two.
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -16,6 +18,7 @@
 #include <string>
 
 #include "ddp/ddp.h"
+#include "fashion_mnist/net.h"
 
 namespace {
 
@@ -104,6 +107,7 @@ struct ResNet50 : torch::nn::Module {
 struct Config {
   bool use_ddp = true;
   bool hook = false;
+  bool sync_bn = false;
   int steps = 30;
   int batch = 64;
   torch::Device device = torch::kCPU;
@@ -130,8 +134,17 @@ double median_step_ms(Forward forward, torch::optim::Optimizer& optimizer, const
 }
 
 template <typename M>
+std::shared_ptr<M> make(const Config& c) {
+  if constexpr (std::is_same_v<M, NetImpl>) {
+    return std::make_shared<M>(c.sync_bn);
+  } else {
+    return std::make_shared<M>();
+  }
+}
+
+template <typename M>
 double run(const Config& c, at::Tensor x, int classes) {
-  auto model = std::make_shared<M>();
+  auto model = make<M>(c);
   model->to(c.device);
   if (!c.use_ddp) {
     torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
@@ -160,6 +173,7 @@ int main(int argc, char** argv) {
     else if (flag == "--device" && i + 1 < argc) device = argv[++i];
     else if (flag == "--backend" && i + 1 < argc) backend = argv[++i];
     else if (flag == "--comm-hook" && i + 1 < argc) c.hook = std::string(argv[++i]) == "allreduce";
+    else if (flag == "--sync-bn") c.sync_bn = true;
     else {
       std::fprintf(stderr, "ddp_step_bench: unknown argument %s\n", flag.c_str());
       return 2;
@@ -184,6 +198,7 @@ int main(int argc, char** argv) {
   }
   double ms = 0;
   if (model == "cnn") ms = run<Cnn>(c, torch::randn({c.batch, 1, 28, 28}), 10);
+  else if (model == "fashion") ms = run<NetImpl>(c, torch::randn({c.batch, 1, 28, 28}), 10);
   else if (model == "resnet50") ms = run<ResNet50>(c, torch::randn({c.batch, 3, 224, 224}), 1000);
   else ms = run<Mlp>(c, torch::randn({c.batch, 1, 28, 28}), 10);
   if (ddp::get_rank() == 0) std::printf("%.3f\n", ms);

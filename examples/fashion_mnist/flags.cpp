@@ -77,6 +77,8 @@ Flags parse_flags(const std::vector<std::string>& args) {
       f.resume = false;
     } else if (key == "--amp") {
       f.amp = true;
+    } else if (key == "--sync-bn") {
+      f.sync_bn = true;
     } else if (auto it = with_value.find(key); it != with_value.end()) {
       if (!inline_value) {
         if (i + 1 >= args.size()) throw std::invalid_argument(key + " needs a value");
@@ -122,5 +124,7 @@ std::string help_text(const std::string& program) {
          "  --sample-log DIR      each rank appends the ids of the samples it trains on to\n"
          "                        DIR/round-<TORCHELASTIC_RESTART_COUNT>-rank-<RANK>.ids, a line per batch:\n"
          "                        \"EPOCH STEP: ID ID ...\" (0-based epoch, the optimizer step it is part of)\n"
+         "  --sync-bn             synchronize batch norm over the ranks (ddp::SyncBatchNorm): each rank normalizes\n"
+         "                        with the statistics of every rank's batch, as one process would on them all\n"
          "  --help                this text\n";
 }

@@ -25,6 +25,7 @@ struct Flags {
   std::int64_t stop_after = 0;   // stop (with a checkpoint) after this many optimizer steps in total
   double timeout = 1800;         // seconds any collective may take before the job fails with an explanation
   std::string sample_log;        // a folder: each rank appends the ids of the samples it trains on
+  bool sync_bn = false;          // SyncBatchNorm: batch statistics over every rank's batch
   bool help = false;
 };
 

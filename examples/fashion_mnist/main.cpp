@@ -144,8 +144,9 @@ int main(int argc, char** argv) {
     const auto test_size = flags.limit_test ? std::min<std::int64_t>(flags.limit_test, *test.size()) : *test.size();
 
     // 3. The model on its device, wrapped in DistributedDataParallel (it starts from rank 0's weights).
+    //    With --sync-bn its batch norm layers are SyncBatchNorm (PyTorch's convert_sync_batchnorm).
     torch::manual_seed(flags.seed);
-    Net net;
+    Net net(flags.sync_bn);
     net->to(device);
     if (!flags.init_from.empty()) {  // weights from Python or an earlier run; strict: they must be this network's
       const auto report = ddp::load_state_dict(net, flags.init_from);
@@ -279,7 +280,7 @@ int main(int argc, char** argv) {
                 << flags.epochs << " epochs of " << steps_per_epoch << " steps, batch " << flags.batch_size
                 << " per rank" << (flags.accum > 1 ? " x " + std::to_string(flags.accum) + " micro-batches" : "")
                 << (flags.amp ? (device.is_cuda() ? ", float16 autocast with a GradScaler" : ", bfloat16 autocast") : "")
-                << std::endl;
+                << (flags.sync_bn ? ", SyncBatchNorm" : "") << std::endl;
     }
     Progress progress(leader, flags.epochs, steps_per_epoch,
                       static_cast<std::int64_t>(flags.batch_size) * world * flags.accum, step);

@@ -1,6 +1,6 @@
 // ddp's LibTorch front: tensor collectives, DistributedDataParallel and its communication hooks,
 // DistributedSampler, the datasets, checkpoints, weight files shared with Python, mixed precision
-// (Autocast, GradScaler), PowerSGD and ZeroRedundancyOptimizer.
+// (Autocast, GradScaler), PowerSGD, ZeroRedundancyOptimizer, join (uneven inputs) and SyncBatchNorm.
 #pragma once
 
 #include "ddp/torch/amp.h"
@@ -12,6 +12,8 @@
 #include "ddp/torch/distributed_data_parallel.h"
 #include "ddp/torch/distributed_sampler.h"
 #include "ddp/torch/future.h"
+#include "ddp/torch/join.h"
 #include "ddp/torch/powersgd.h"
 #include "ddp/torch/state_dict.h"
+#include "ddp/torch/sync_batch_norm.h"
 #include "ddp/torch/zero_redundancy_optimizer.h"

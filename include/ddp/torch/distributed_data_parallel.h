@@ -14,6 +14,14 @@
 // bucket and leaves the averaged gradients in .grad. Gradients accumulated under no_sync() are
 // included in the next synchronized backward.
 //
+// Uneven inputs: run the training loop inside ddp::join({&ddp_model}, loop) (ddp/torch/join.h).
+// static_graph: the first synchronized backward counts how often each parameter's gradient
+// arrives (twice for a parameter used in two re-entrant backward passes, activation
+// checkpointing's; never for an unused one) and launches every bucket at its end; later
+// backward passes launch a bucket once its members have arrived that often, and throw Error
+// naming the parameter when the graph has changed. Without it a gradient arriving twice in one
+// backward is an error.
+//
 // Construction is collective (every rank of the group constructs with the same model) and
 // checks that the ranks' parameters agree (count, names, shapes, dtypes): a mismatch throws
 // MismatchError naming the first differing parameter and its shape on each rank. Then
@@ -35,6 +43,7 @@
 
 #include "ddp/process_group.h"
 #include "ddp/torch/comm_hooks.h"
+#include "ddp/torch/join.h"
 #include "ddp/torch/straggler_report.h"
 
 namespace ddp {
@@ -47,7 +56,7 @@ struct DDPOptions {
   double bucket_cap_mb = 25;                    // bucket size; the first bucket is 1 MB so that it starts early
   bool find_unused_parameters = false;          // parameters not reached from the outputs count as zero gradients
   bool gradient_as_bucket_view = false;         // .grad tensors are views into the buckets: no copies, less memory
-  bool static_graph = false;                    // the set of used parameters is the same every iteration
+  bool static_graph = false;                    // the same graph every iteration: learn it in the first backward
   bool init_sync = true;                        // broadcast parameters and buffers from rank 0 at construction
 };
 
@@ -61,8 +70,11 @@ class DDPCore {
   DDPCore(const DDPCore&) = delete;
   DDPCore& operator=(const DDPCore&) = delete;
 
-  void pre_forward();
+  void pre_forward(JoinContext* join);
   void post_forward(const std::vector<at::Tensor>& outputs);
+  JoinIteration join_iteration() const;
+  std::unique_ptr<JoinHook> join_hook(JoinContext& context);
+  at::Device device() const;
   void set_no_sync(bool on);
   bool no_sync() const;
   void register_comm_hook(CommHook hook);
@@ -76,8 +88,9 @@ class DDPCore {
   std::vector<std::vector<std::size_t>> bucket_plan() const;
   StragglerReport straggler_report();
 
- private:
   class Impl;
+
+ private:
   std::unique_ptr<Impl> impl_;
 };
 
@@ -146,7 +159,7 @@ class NoSyncGuard {
 };
 
 template <typename M>
-class DistributedDataParallelImpl : public torch::nn::Module {
+class DistributedDataParallelImpl : public torch::nn::Module, public Joinable {
  public:
   // Collective: see the top of this file. Throws InvalidArgument for bad options,
   // MismatchError when the ranks' models differ, and the group's errors.
@@ -159,7 +172,7 @@ class DistributedDataParallelImpl : public torch::nn::Module {
   // arguments are moved to that device first; with output_device, tensor outputs are moved there.
   template <typename... Args>
   auto forward(Args&&... args) {
-    core_->pre_forward();
+    core_->pre_forward(notify_join_context(core_->join_iteration()));
     const auto device = core_->input_device();
     auto call = [&](auto&&... placed) { return module_->forward(placed.get()...); };
     auto output = call(detail::Placed<Args>(std::forward<Args>(args), device)...);
@@ -190,6 +203,11 @@ class DistributedDataParallelImpl : public torch::nn::Module {
   // to print. Timing the steps costs a few clock reads per step; the report one small all_gather.
   // Under ddprun, rank 0's last one appears in the launcher's summary.
   StragglerReport straggler_report() { return core_->straggler_report(); }
+
+  // Joinable (ddp/torch/join.h): what ddp::join needs of the model.
+  std::unique_ptr<JoinHook> join_hook(JoinContext& context) override { return core_->join_hook(context); }
+  at::Device join_device() const override { return core_->device(); }
+  std::shared_ptr<ProcessGroup> join_process_group() const override { return core_->process_group(); }
 
  private:
   std::shared_ptr<M> module_;

@@ -31,8 +31,6 @@ Bucket::Bucket(std::size_t index, bool is_last, std::vector<std::size_t> members
       params_(pick(params, members_)),
       flat_(flat_for(params_)),
       handed_(index, is_last, flat_, params_, group),
-      world_(group->size()),
-      reciprocal_(at::native::wrapped_scalar_tensor(1.0 / world_)),
       as_view_(as_view) {
   std::int64_t offset = 0;
   for (const auto& p : params_) {
@@ -55,8 +53,13 @@ at::Tensor Bucket::alias(std::size_t k) const {
   return at::from_blob(view.data_ptr(), view.sizes(), [keep = flat_](void*) {}, view.options());
 }
 
-void Bucket::fill(const std::vector<std::uint8_t>& used, bool average) {
+void Bucket::fill(const std::vector<std::uint8_t>& used, int divisor) {
   at::NoGradGuard no_grad;
+  const bool average = divisor > 0;
+  if (average && divisor != divisor_) {
+    reciprocal_ = at::native::wrapped_scalar_tensor(1.0 / divisor);
+    divisor_ = divisor;
+  }
   for (std::size_t k = 0; k < params_.size(); ++k) {
     at::Tensor& grad = params_[k].mutable_grad();
     at::Tensor& view = views_[k];
@@ -65,7 +68,7 @@ void Bucket::fill(const std::vector<std::uint8_t>& used, bool average) {
       continue;
     }
     if (grad.data_ptr() == view.data_ptr()) {  // already a view into the bucket
-      if (average) view.div_(world_);
+      if (average) view.div_(divisor);
       continue;
     }
     if (average) {

@@ -30,10 +30,10 @@ class Bucket {
 
   // Copies the members' gradients in; a member this rank did not use in this iteration
   // (`used[p] == 0`, p a parameter index) or without a gradient contributes zeros (a stale .grad
-  // must not leak in). `average`: each gradient is multiplied by 1 / world size on the way, a
-  // gradient that already is a view of the bucket divided in place (PyTorch's reducer's
-  // arithmetic, to the bit); otherwise copied as it is.
-  void fill(const std::vector<std::uint8_t>& used, bool average);
+  // must not leak in). `divisor` > 0: each gradient is multiplied by 1 / divisor on the way (the
+  // world size, or under a join the ranks still training), a gradient that already is a view of
+  // the bucket divided in place (PyTorch's reducer's arithmetic, to the bit); 0: copied as it is.
+  void fill(const std::vector<std::uint8_t>& used, int divisor);
 
   // Starts the communication of the filled bucket: `hook`, or with none the sum over the group
   // in place. Throws Error naming the bucket when the hook returns no Future.
@@ -62,8 +62,8 @@ class Bucket {
   at::Tensor flat_;
   std::vector<at::Tensor> views_;  // per member, shaped like it, into flat_
   GradBucket handed_;              // what the hook gets; alive as long as its Future may run
-  int world_;
-  at::Tensor reciprocal_;  // 1 / world_ as a wrapped scalar, as PyTorch's reducer multiplies by it
+  int divisor_ = 0;         // of reciprocal_
+  at::Tensor reciprocal_;  // 1 / divisor_ as a wrapped scalar, as PyTorch's reducer multiplies by it
   bool as_view_;
   std::shared_ptr<Future> future_;
 };

@@ -1,8 +1,10 @@
 // DDPCore: what DistributedDataParallel does for any module type. Construction collects the
 // parameters and buffers, checks them and makes the ranks agree (model_sync.h); each forward
 // broadcasts the buffers and tells the reducer (reducer.h) what the graph reaches; the reducer
-// does the gradient averaging during backward.
+// does the gradient averaging during backward. Under a join (ddp/torch/join.h) the join hook
+// shadows all of that on a rank that has run out of inputs.
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <torch/cuda.h>
 
 #include <cstdlib>
@@ -106,19 +108,35 @@ class DDPCore::Impl {
       broadcast_coalesced(group_, all, 0);
     }
     buffers_ = std::move(state.buffers);
+    states_ = state.params;
+    states_.insert(states_.end(), buffers_.begin(), buffers_.end());
+    device_ = state.params.front().device();
     timeline_ = Timeline::from_env(group_->rank());
     reducer_ = std::make_unique<Reducer>(group_, std::move(state.params), std::move(state.names), options_,
                                          timeline_.get(), clock_);
   }
 
-  void pre_forward() {
+  // `join`: the running join; under one, buffers come from the highest rank still training (rank
+  // 0 may have joined), as in PyTorch.
+  void pre_forward(JoinContext* join) {
     forward_start_ = Clock::now();
     clock_.forward_begins(forward_start_);
-    reducer_->refresh_hooks();
-    if (options_.broadcast_buffers && !reducer_->no_sync() && group_->size() > 1 && !buffers_.empty()) {
-      broadcast_coalesced(group_, buffers_, 0);
-    }
+    reducer_->before_forward(join);
+    if (broadcasts_buffers()) broadcast_buffers(join ? join->training_ranks().back() : 0);
   }
+
+  bool broadcasts_buffers() const {
+    return options_.broadcast_buffers && !reducer_->no_sync() && group_->size() > 1 && !buffers_.empty();
+  }
+  void broadcast_buffers(int root) { broadcast_coalesced(group_, buffers_, root); }
+  // What a rank that has joined must shadow of this iteration.
+  JoinIteration join_iteration() const {
+    return {.broadcasts_buffers = broadcasts_buffers(),
+            .syncs_gradients = !reducer_->no_sync() && at::GradMode::is_enabled()};
+  }
+  // After a join: `root`'s parameters and buffers everywhere.
+  void sync_model(int root) { broadcast_coalesced(group_, states_, root); }
+  const at::Device& device() const { return device_; }
 
   void post_forward(const std::vector<at::Tensor>& outputs) {
     const auto end = Clock::now();
@@ -171,16 +189,45 @@ class DDPCore::Impl {
   DDPOptions options_;
   std::shared_ptr<ProcessGroup> group_;
   std::vector<at::Tensor> buffers_;
+  std::vector<at::Tensor> states_;  // parameters, then buffers: what construction and a join's end broadcast
+  at::Device device_{at::kCPU};
   std::unique_ptr<Timeline> timeline_;  // before reducer_: it outlives the reducer
   StepClock clock_;                     // likewise
   std::unique_ptr<Reducer> reducer_;
   Clock::time_point forward_start_;
 };
 
+namespace {
+
+// DDP's part in a join (PyTorch's _DDPJoinHook): each iteration of the ranks still training, the
+// buffer broadcast and a backward's collectives with zeros; at the end, the last rank to join
+// broadcasts its model.
+class DDPJoinHook final : public JoinHook {
+ public:
+  DDPJoinHook(DDPCore::Impl& ddp, JoinContext& join) : ddp_(ddp), join_(join) {}
+  void main_hook() override {
+    const auto iteration = join_.iteration();
+    if (iteration.broadcasts_buffers) ddp_.broadcast_buffers(join_.training_ranks().back());
+    if (iteration.syncs_gradients) ddp_.reducer().shadow_backward(join_);
+  }
+  void post_hook(bool) override { ddp_.sync_model(join_.last_joiners().back()); }
+
+ private:
+  DDPCore::Impl& ddp_;
+  JoinContext& join_;
+};
+
+}  // namespace
+
 DDPCore::DDPCore(torch::nn::Module& module, DDPOptions options)
     : impl_(std::make_unique<Impl>(module, std::move(options))) {}
 DDPCore::~DDPCore() = default;
-void DDPCore::pre_forward() { impl_->pre_forward(); }
+void DDPCore::pre_forward(JoinContext* join) { impl_->pre_forward(join); }
+JoinIteration DDPCore::join_iteration() const { return impl_->join_iteration(); }
+std::unique_ptr<JoinHook> DDPCore::join_hook(JoinContext& context) {
+  return std::make_unique<DDPJoinHook>(*impl_, context);
+}
+at::Device DDPCore::device() const { return impl_->device(); }
 void DDPCore::post_forward(const std::vector<at::Tensor>& outputs) { impl_->post_forward(outputs); }
 void DDPCore::set_no_sync(bool on) { impl_->reducer().set_no_sync(on); }
 bool DDPCore::no_sync() const { return impl_->reducer().no_sync(); }

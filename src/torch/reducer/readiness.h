@@ -22,6 +22,7 @@ class Readiness {
   // A parameter already ready in this iteration changes nothing.
   std::vector<std::size_t> mark_ready(std::size_t param);
 
+  bool is_ready(std::size_t param) const { return ready_[param]; }
   // Parameters of some bucket that are not ready yet.
   std::vector<std::size_t> unready() const;
   // The order in which parameters became ready in this iteration.

@@ -30,7 +30,7 @@ TEST_F(BucketTest, FillsGradientsUnusedOnesAsZerosAndWritesTheHooksResultBack) {
   p.a.mutable_grad() = torch::full({2, 2}, 2.0f);
   p.b.mutable_grad() = torch::full({3}, 9.0f);  // stale: not used in this iteration
   p.c.mutable_grad() = torch::full({1}, 5.0f);
-  bucket.fill({1, 0, 1}, /*average=*/false);
+  bucket.fill({1, 0, 1}, /*divisor=*/0);
   at::Tensor seen;
   bucket.launch([&](GradBucket& handed) {
     seen = handed.buffer().clone();
@@ -49,12 +49,34 @@ TEST_F(BucketTest, AParameterUsedOnNoRankKeepsNoGradient) {
   Params p;
   Bucket bucket(0, true, {0, 1, 2}, p.all(), get_default_group(), /*as_view=*/false);
   p.a.mutable_grad() = torch::ones({2, 2});
-  bucket.fill({1, 0, 0}, /*average=*/true);
+  bucket.fill({1, 0, 0}, /*divisor=*/1);
   bucket.launch({});  // the built-in sum
   bucket.write_back({1, 0, 1});
   EXPECT_TRUE(at::equal(p.a.grad(), torch::ones({2, 2})));
   EXPECT_FALSE(p.b.grad().defined());                     // used nowhere
   EXPECT_TRUE(at::equal(p.c.grad(), torch::zeros({1})));  // used elsewhere: the average
+}
+
+TEST_F(BucketTest, FillingDividesByTheDivisorItIsGiven) {
+  // Under a join with divide_by_initial_world_size = false the divisor is the number of ranks
+  // still training, which changes between iterations; the multiplier follows it.
+  Params p;
+  Bucket bucket(0, true, {0}, p.all(), get_default_group(), /*as_view=*/false);
+  p.a.mutable_grad() = torch::full({2, 2}, 6.0f);
+  at::Tensor seen;
+  auto keep = [&](GradBucket& handed) {
+    seen = handed.buffer().clone();
+    return Future::completed(handed.buffer());
+  };
+  bucket.fill({1, 1, 1}, /*divisor=*/3);
+  bucket.launch(keep);
+  bucket.write_back({});
+  EXPECT_TRUE(at::allclose(seen, torch::full({4}, 2.0f)));
+  p.a.mutable_grad() = torch::full({2, 2}, 6.0f);
+  bucket.fill({1, 1, 1}, /*divisor=*/2);
+  bucket.launch(keep);
+  bucket.write_back({});
+  EXPECT_TRUE(at::equal(seen, torch::full({4}, 3.0f)));
 }
 
 TEST_F(BucketTest, GradientsAsBucketViewsAliasTheBucket) {
@@ -71,7 +93,7 @@ TEST_F(BucketTest, GradientsAsBucketViewsAliasTheBucket) {
   EXPECT_EQ(p.b.grad().data_ptr(), static_cast<float*>(buffer.data_ptr()) + 4);
   bucket.write_back({});
   p.a.mutable_grad() = at::Tensor();  // set to none (LibTorch 2.x's zero_grad): aliased again
-  bucket.fill({1, 1, 1}, /*average=*/false);
+  bucket.fill({1, 1, 1}, /*divisor=*/0);
   bucket.launch([&](GradBucket& handed) { return Future::completed(handed.buffer()); });
   bucket.write_back({});
   EXPECT_EQ(p.a.grad().data_ptr(), buffer.data_ptr());
@@ -81,7 +103,7 @@ TEST_F(BucketTest, GradientsAsBucketViewsAliasTheBucket) {
 TEST_F(BucketTest, AHookThatReturnsNoFutureIsAnErrorNamingTheBucket) {
   Params p;
   Bucket bucket(4, false, {0}, p.all(), get_default_group(), /*as_view=*/false);
-  bucket.fill({1, 1, 1}, false);
+  bucket.fill({1, 1, 1}, 0);
   expect_error<Error>([&] { bucket.launch([](GradBucket&) { return std::shared_ptr<Future>(); }); },
                       {"the comm hook returned no future for bucket 4"});
 }
@@ -89,7 +111,7 @@ TEST_F(BucketTest, AHookThatReturnsNoFutureIsAnErrorNamingTheBucket) {
 TEST_F(BucketTest, AFailedCommunicationIsRethrownNamingTheBucket) {
   Params p;
   Bucket bucket(3, false, {0}, p.all(), get_default_group(), /*as_view=*/false);
-  bucket.fill({1, 1, 1}, false);
+  bucket.fill({1, 1, 1}, 0);
   auto work = std::make_shared<Work>("all_reduce #7 in group 'world'");
   bucket.launch([&](GradBucket& handed) { return std::make_shared<Future>(work, handed.buffer()); });
   work->finish(std::make_exception_ptr(PeerLostError("all_reduce #7: Lost rank 1")));
