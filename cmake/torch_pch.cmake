@@ -15,6 +15,9 @@ function(ddp_add_torch_pch)
   file(WRITE ${CMAKE_BINARY_DIR}/ddp_torch_pch.cpp "// The translation unit that makes ddp_torch_pch's precompiled header.\n")
   add_library(ddp_torch_pch OBJECT ${CMAKE_BINARY_DIR}/ddp_torch_pch.cpp)
   target_link_libraries(ddp_torch_pch PRIVATE ddp::torch)
+  # Compiled as the executables are (-fPIE), not as an object library would be (-fPIC).
+  set_target_properties(ddp_torch_pch PROPERTIES POSITION_INDEPENDENT_CODE OFF)
+  target_compile_options(ddp_torch_pch PRIVATE -fPIE)
   target_precompile_headers(ddp_torch_pch PRIVATE <torch/torch.h>)
 endfunction()
 
