@@ -2,6 +2,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
+#include <string>
+
 #include "ddp/prefix_store.h"
 #include "ddp/store.h"
 #include "gloo/gloo_backend.h"
@@ -20,14 +24,15 @@ using shm::HostCollectives;
 class CpuBackend final : public Backend {
  public:
   CpuBackend(int rank, int size, std::unique_ptr<Backend> gloo, std::unique_ptr<Backend> across,
-             std::unique_ptr<HostCollectives> host, bool single_host, bool striped)
+             std::unique_ptr<HostCollectives> host, bool single_host, bool striped, std::size_t stripe_bytes)
       : rank_(rank),
         size_(size),
         gloo_(std::move(gloo)),
         across_(std::move(across)),
         host_(std::move(host)),
         single_host_(single_host),
-        striped_(striped) {}
+        striped_(striped),
+        stripe_bytes_(stripe_bytes) {}
 
   std::string_view name() const override { return "gloo"; }
   int rank() const override { return rank_; }
@@ -39,7 +44,7 @@ class CpuBackend final : public Backend {
 
   void all_reduce(Buffer data, ReduceOp op, Deadline deadline) override {
     if (single_host_) return host_->all_reduce(data, op, deadline);
-    if (striped_) {
+    if (striped_ && data.bytes() >= stripe_bytes_) {
       // Each rank carries its own share across the network, in parallel with the host's others.
       const auto share = host_->share(data.count, data.dtype, host_->rank());
       host_->reduce_share(data, op, deadline);
@@ -52,8 +57,9 @@ class CpuBackend final : public Backend {
       host_->gather_shares(data, deadline);
       return;
     }
+    // Through the hosts' first ranks (when striped, lane 0 is theirs).
     if (host_) host_->reduce(data, op, 0, deadline);
-    if (across_) across_->all_reduce(data, op, deadline);
+    if (across_ && (!host_ || host_->rank() == 0)) across_->all_reduce(data, op, deadline);
     if (host_) host_->broadcast(data, 0, deadline);
   }
 
@@ -108,6 +114,7 @@ class CpuBackend final : public Backend {
   std::unique_ptr<HostCollectives> host_;  // this host's ranks (when more than one)
   bool single_host_;
   bool striped_;
+  std::size_t stripe_bytes_;
 };
 
 }  // namespace
@@ -156,11 +163,21 @@ std::unique_ptr<Backend> make_cpu_backend(const BackendContext& ctx) {
                               static_cast<int>(plan.hosts.size()), ctx.timeout, ctx.master_addr};
     across = make_gloo_backend(across_ctx, placement);
   }
+  // Every rank must take the same path for the same buffer: rank 0's threshold holds for the group.
+  std::size_t stripe_bytes = tuning.stripe_bytes;
+  if (striped) {
+    if (ctx.rank == 0) {
+      ctx.store->set("stripe_bytes", std::to_string(stripe_bytes));
+    } else {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      stripe_bytes = std::stoull(ctx.store->get("stripe_bytes", std::max(left, std::chrono::milliseconds(1))));
+    }
+  }
   if (plan.my_host().size() < 2) host.reset();
   log(LogLevel::Debug, "rank ", ctx.rank, ": shared memory with ", plan.my_host().size(), " ranks on this host, ",
       plan.hosts.size(), " host(s)", striped ? ", all_reduce striped over every rank's lane" : "");
   return std::make_unique<CpuBackend>(ctx.rank, ctx.size, std::move(gloo), std::move(across), std::move(host),
-                                      plan.single_host(), striped);
+                                      plan.single_host(), striped, stripe_bytes);
 }
 
 }  // namespace ddp::detail

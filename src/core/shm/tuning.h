@@ -19,6 +19,10 @@ struct Tuning {
   // other rank's whole buffer, when (ranks - 1) * bytes is at most this; else the two-step
   // reduce-scatter + all-gather.
   std::size_t small_bytes = 256u << 10;
+  // DDP_SHM_STRIPE_BYTES: across hosts of equal sizes, an all_reduce of at least this many bytes
+  // is striped over every rank's lane; a smaller one goes through the hosts' first ranks, where
+  // one connection's latency, not its bandwidth, is the cost (docs/SHM.md).
+  std::size_t stripe_bytes = 1u << 20;
   // DDP_SHM_SPIN_US: how long a wait spins before it sleeps on a futex (0: sleep at once).
   std::chrono::microseconds spin{50};
   // DDP_SHM_HOST_ID: replaces the detected host identity (hostname, boot id, pid namespace). Ranks

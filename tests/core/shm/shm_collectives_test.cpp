@@ -130,6 +130,20 @@ TEST(ShmHierarchy, AllReduceAcrossHostsMatchesTheReference) {
   }
 }
 
+TEST(ShmHierarchy, RankZerosStripeThresholdHoldsForEveryRank) {
+  // Ranks 1 and 2 would stripe everything, the others only from 1 MiB: rank 0's value must hold,
+  // or a 64 KiB all_reduce would take two paths and hang until the timeout.
+  test::run_ranks(4, [](int, int) {
+    init_process_group("gloo", {.timeout = 20s});
+    test::run_collective_suite(*get_default_group(), {.sizes = {1, 9000, 16384}, .large_bytes = 2 << 20});
+    destroy_process_group();
+  }, {.deadline = 120s, .rank_env = [](int rank) {
+    std::map<std::string, std::string> env{{"DDP_SHM_HOST_ID", rank % 2 ? "b" : "a"}};
+    if (rank == 1 || rank == 2) env["DDP_SHM_STRIPE_BYTES"] = "0";
+    return env;
+  }});
+}
+
 TEST(ShmGroups, SeveralGroupsKeepSeparateSegmentsAndRunAtOnce) {
   test::run_ranks(4, [](int rank, int) {
     init_process_group("gloo", {.timeout = 60s});
