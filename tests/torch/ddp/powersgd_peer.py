@@ -12,13 +12,14 @@ its state's iter, total_numel_before_compression and total_numel_after_compressi
 """
 import argparse
 import os
-import socket
-import subprocess
 import sys
 
 import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import PowerSGDState, powerSGD_hook
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from peer_ranks import run_ranks  # noqa: E402
 
 # The buckets' parameter shapes: matrices to compress (two of one shape), a bias (1-D), a matrix
 # below min_compression_rate, a 4-D (convolution) weight.
@@ -109,18 +110,7 @@ def main():
     torch.set_num_threads(1)
     if args.rank >= 0:
         return rank_main(args.out)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    procs = []
-    for rank in range(2):
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                   GLOO_SOCKET_IFNAME="lo")
-        procs.append(subprocess.Popen([sys.executable, __file__, "--out", args.out, "--rank", str(rank)], env=env))
-    codes = [p.wait(timeout=120) for p in procs]
-    if any(codes):
-        sys.exit("PyTorch ranks failed: exit codes %s" % codes)
-
+    run_ranks(__file__, 2, ["--out", args.out], 120)
 
 if __name__ == "__main__":
     main()

@@ -11,13 +11,14 @@ the final parameters, then the last step's averaged gradients, as raw float32.
 """
 import argparse
 import os
-import socket
-import subprocess
 import sys
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from peer_ranks import run_ranks  # noqa: E402
 
 
 def model():
@@ -58,19 +59,7 @@ def main():
     torch.set_num_threads(1)
     if args.rank >= 0:
         return rank_main(args.out)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    procs = []
-    for rank in range(args.world):
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(args.world), MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo")
-        procs.append(subprocess.Popen([sys.executable, __file__, "--world", str(args.world), "--out", args.out,
-                                       "--rank", str(rank)], env=env))
-    codes = [p.wait(timeout=120) for p in procs]
-    if any(codes):
-        sys.exit("PyTorch ranks failed: exit codes %s" % codes)
-
+    run_ranks(__file__, args.world, ["--world", str(args.world), "--out", args.out], 120)
 
 if __name__ == "__main__":
     main()

@@ -14,9 +14,10 @@ parameters, then the buffers as float32, in registration order.
 """
 import argparse
 import os
-import socket
-import subprocess
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from peer_ranks import run_ranks  # noqa: E402
 
 torch = dist = Join = DDP = None  # imported by the ranks only: the launcher need not pay for it
 
@@ -96,18 +97,7 @@ def main():
     args = parser.parse_args()
     if args.rank >= 0:
         return rank_main(args.out)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    procs = []
-    for rank in range(3):
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="3", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                   GLOO_SOCKET_IFNAME="lo")
-        procs.append(subprocess.Popen([sys.executable, __file__, "--out", args.out, "--rank", str(rank)], env=env))
-    codes = [p.wait(timeout=150) for p in procs]
-    if any(codes):
-        sys.exit("PyTorch ranks failed: exit codes %s" % codes)
-
+    run_ranks(__file__, 3, ["--out", args.out], 150)
 
 if __name__ == "__main__":
     main()
