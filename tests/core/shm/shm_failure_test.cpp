@@ -26,7 +26,8 @@ std::string temp_path(const char* what) { return "/tmp/ddp-shm-test-" + std::to_
 
 TEST(ShmFailures, APeerKilledMidAllReduceIsAnErrorNamingItNotAHang) {
   const auto before = test::dev_shm_entries();
-  test::run_ranks(3, [](int rank, int) {
+  const std::string done_file = temp_path("killed-done");
+  test::run_ranks(3, [&](int rank, int) {
     init_process_group("gloo", {.timeout = 60s});
     auto group = get_default_group();
     ASSERT_EQ(test::shm_mappings().size(), 1u);
@@ -47,13 +48,21 @@ TEST(ShmFailures, APeerKilledMidAllReduceIsAnErrorNamingItNotAHang) {
     EXPECT_LT(Clock::now() - start, 30s) << "the timeout is 60 s: the death should be noticed long before";
     // Later ops fail at once with the same error.
     expect_error<PeerLostError>([&] { group->barrier()->wait(); }, {"Lost rank 1"});
-  }, {.killed = {1}});
+    // Rank 0 hosts the store, whose records name the lost rank: it stays until rank 2 has read them
+    // (without the store the error can only say that the store is gone too).
+    if (rank == 2) std::ofstream(std::getenv("DONE_FILE")) << "done";
+    if (rank == 0) {
+      for (int i = 0; i < 600 && ::access(std::getenv("DONE_FILE"), F_OK) != 0; ++i) std::this_thread::sleep_for(50ms);
+    }
+  }, {.env = {{"DONE_FILE", done_file}}, .killed = {1}});
   if (test::is_rank_process()) return;
+  ::unlink(done_file.c_str());
   EXPECT_EQ(test::dev_shm_entries(), before) << "something was left in /dev/shm";
 }
 
 TEST(ShmFailures, AStoppedPeerTimesOutNamingIt) {
   const std::string pid_file = temp_path("stopped-pid");
+  const std::string done_file = temp_path("stopped-done");
   test::run_ranks(3, [&](int rank, int) {
     init_process_group("gloo", {.timeout = 3s});
     auto group = get_default_group();
@@ -79,11 +88,16 @@ TEST(ShmFailures, AStoppedPeerTimesOutNamingIt) {
       int stopped = 0;
       std::ifstream(std::getenv("PID_FILE")) >> stopped;
       EXPECT_NE(message.find("rank 2 (pid " + std::to_string(stopped) + ")"), std::string::npos) << message;
-      std::this_thread::sleep_for(500ms);  // rank 1 reads the pid file too
+      // Rank 1 reads the pid file and the store (rank 0 hosts it) too: rank 0 stays until it is done.
+      for (int i = 0; i < 600 && ::access(std::getenv("DONE_FILE"), F_OK) != 0; ++i) std::this_thread::sleep_for(50ms);
       if (stopped > 0) ::kill(stopped, SIGKILL);
+    } else {
+      std::ofstream(std::getenv("DONE_FILE")) << "done";
     }
-  }, {.env = {{"PID_FILE", pid_file}}, .killed = {2}});
-  if (!test::is_rank_process()) ::unlink(pid_file.c_str());
+  }, {.env = {{"PID_FILE", pid_file}, {"DONE_FILE", done_file}}, .killed = {2}});
+  if (test::is_rank_process()) return;
+  ::unlink(pid_file.c_str());
+  ::unlink(done_file.c_str());
 }
 
 TEST(ShmFailures, ARankThatGivesUpReleasesItsPeersAtOnce) {
