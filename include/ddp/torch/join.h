@@ -111,7 +111,13 @@ class Joinable {
   // joinable, it announces here that this rank still trains, with `iteration` for the shadows;
   // with throw_on_early_termination it throws ddp::Error when a rank has run out. The first
   // joinable must be the one whose collectives come first in an iteration (the DDP model).
+  // While this rank shadows the others (its join hooks run), nothing is announced: the rank no
+  // longer trains, and the hook may call the code that notifies (a ZeroRedundancyOptimizer's
+  // hook calls its step()).
   JoinContext* notify_join_context(const JoinIteration& iteration = {});
+  // The running join this joinable takes part in (null outside one, or when it is disabled),
+  // without announcing anything.
+  JoinContext* join_context() const { return join_context_; }
 
  private:
   friend class detail::JoinRun;

@@ -24,6 +24,13 @@
 // across the group (the found-inf flag is all-reduced). Parameters must be dense, of one dtype
 // and on one device (PyTorch's rule). Without init_process_group and without a group, it is a
 // group of one. Not thread-safe.
+//
+// Inside ddp::join (uneven inputs) list it after the DDP model, as in PyTorch:
+//   ddp::join({&ddp_model, &zero}, [&] { ... zero.step(); ... });
+// A rank that has run out of inputs keeps stepping its shard once per iteration of the others,
+// with the averaged gradients DDP's join hook leaves in .grad, and broadcasts it: the result is
+// that of the unsharded optimizer. (PyTorch's joined ranks step with their own last gradients,
+// since its DDP join hook drops the averaged ones.) Each iteration must call step() once.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -39,6 +46,7 @@
 #include <vector>
 
 #include "ddp/process_group.h"
+#include "ddp/torch/join.h"
 
 namespace ddp {
 
@@ -59,7 +67,7 @@ std::vector<std::vector<std::vector<std::size_t>>> partition_parameters(
     const std::vector<std::vector<std::int64_t>>& numels, int world_size);
 
 // Everything that does not depend on the optimizer type (src/torch/zero/). Not for direct use.
-class ZeroBase : public torch::optim::Optimizer {
+class ZeroBase : public torch::optim::Optimizer, public Joinable {
  public:
   using Factory = std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<torch::optim::OptimizerParamGroup>)>;
 
@@ -67,6 +75,14 @@ class ZeroBase : public torch::optim::Optimizer {
   // broadcast of every rank's shard: one flat message per rank, all issued asynchronously, then
   // waited for. Collective. Returns the local optimizer's result.
   at::Tensor step(LossClosure closure = nullptr) override;
+
+  // Joinable (ddp/torch/join.h): the hook steps (PyTorch's _ZeROJoinHook). Joining needs a
+  // process group: a group of one without init_process_group has none to join on.
+  std::unique_ptr<JoinHook> join_hook(JoinContext& context) override;
+  at::Device join_device() const override;
+  std::shared_ptr<ProcessGroup> join_process_group() const override { return group_; }
+  // Whether a ddp::join that lists this optimizer is running.
+  bool in_join() const { return join_context() != nullptr; }
 
   // Collective: gathers every rank's shard of the optimizer state on rank `to`, in CPU memory,
   // so that save() there writes the whole state. Other ranks drop an earlier consolidation.

@@ -109,6 +109,14 @@ bool GradScaler::step(torch::optim::Optimizer& optimizer) {
     throw Error("GradScaler::step: step() has already been called since the last update(); call update() once per "
                 "iteration, after step()");
   }
+  if (const auto* zero = dynamic_cast<const ddp::detail::ZeroBase*>(&optimizer); zero && zero->in_join()) {
+    // The ranks that have joined step the optimizer in its join hook, without this scaler's
+    // found-inf all-reduce and unscaling: they would wait in different collectives.
+    throw InvalidArgument("GradScaler::step: a ZeroRedundancyOptimizer cannot be stepped through a GradScaler inside "
+                          "ddp::join (the ranks that have run out of inputs step it without the scaler). Train with "
+                          "even inputs (DistributedSampler's default), or leave the scaler out of the joined loop "
+                          "(bfloat16 autocast needs none)");
+  }
   if (per_optimizer_[&optimizer].stage == Stage::Ready) unscale_(optimizer);
   auto& state = per_optimizer_[&optimizer];
   if (state.found_inf_per_device.empty()) {

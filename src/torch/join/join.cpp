@@ -75,6 +75,7 @@ class JoinRun final : public JoinContext {
 
   // This rank's loop has returned: answer the others' iterations until every rank has joined.
   void shadow_until_all_joined() {
+    shadowing_ = true;
     std::vector<std::unique_ptr<JoinHook>> hooks;
     for (Joinable* j : joinables_) hooks.push_back(j->join_hook(*this));
     bool last_joiner = true;
@@ -103,6 +104,9 @@ class JoinRun final : public JoinContext {
     static std::mutex mutex;
     return mutex;
   }
+
+  // Whether this rank's loop has returned (it answers the others now).
+  bool shadowing() const { return shadowing_; }
 
   // Whether an announcement has been made in this join.
   bool announced() const {
@@ -155,6 +159,7 @@ class JoinRun final : public JoinContext {
   at::Tensor pending_;
   std::shared_ptr<Work> work_;
   bool decoded_ = false;
+  bool shadowing_ = false;  // set and read on the training thread only
   Announcement current_;
   std::vector<int> last_training_;
 };
@@ -187,7 +192,7 @@ namespace ddp {
 JoinContext* Joinable::notify_join_context(const JoinIteration& iteration) {
   auto* run = static_cast<detail::JoinRun*>(join_context_);
   if (!run || !run->options().enable) return nullptr;
-  if (first_joinable_) run->announce_training(iteration);
+  if (first_joinable_ && !run->shadowing()) run->announce_training(iteration);
   return run;
 }
 

@@ -157,7 +157,27 @@ void ZeroBase::sync_options(std::vector<OptimizerParamGroup>& from, std::vector<
   for (std::size_t g = 0; g < from.size() && g < to.size(); ++g) to[g].set_options(from[g].options().clone());
 }
 
+namespace {
+
+// A rank that has run out of inputs steps its shard with the averaged gradients of the others'
+// iteration (DDP's join hook, which runs first, leaves them in .grad) and broadcasts it.
+class ZeroJoinHook final : public JoinHook {
+ public:
+  explicit ZeroJoinHook(ZeroBase& zero) : zero_(zero) {}
+  void main_hook() override { zero_.step(); }
+
+ private:
+  ZeroBase& zero_;
+};
+
+}  // namespace
+
+std::unique_ptr<JoinHook> ZeroBase::join_hook(JoinContext&) { return std::make_unique<ZeroJoinHook>(*this); }
+
+at::Device ZeroBase::join_device() const { return param_groups_.front().params().front().device(); }
+
 at::Tensor ZeroBase::step(LossClosure closure) {
+  notify_join_context();
   // Options changed on the exposed groups (a learning-rate schedule) apply to the shard.
   sync_options(param_groups_, local_->param_groups());
   auto loss = local_->step(std::move(closure));

@@ -1,10 +1,13 @@
 // DistributedDataParallel on CUDA modules: N ranks on their shards must end where one process
 // training on the whole batch ends, on nccl (a group of one; one process per GPU when there are
-// several) and on gloo with several ranks sharing one GPU; plus device_ids and output_device.
+// several) and on gloo with several ranks sharing one GPU; plus device_ids and output_device; and
+// mixed precision (fp16 autocast, the GradScaler) on CUDA.
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+
+#include <limits>
 
 #include "../ddp/models.h"
 #include "cuda_support.h"
@@ -151,6 +154,51 @@ TEST(DdpCuda, DeviceIdsMoveInputsAndOutputDeviceMovesOutputs) {
     }
   }
   destroy_process_group();
+}
+
+}  // namespace
+}  // namespace ddp::test
+
+namespace ddp::test {
+namespace {
+
+// Mixed precision on CUDA: fp16 autocast, and a GradScaler whose scale sequence over a scripted
+// pattern of finite and inf steps equals the same scaler's on CPU tensors (LibTorch's fused
+// _amp_* kernels on the GPU, ddp's ATen arithmetic on the CPU), with the inf steps skipped.
+TEST(AmpCuda, Fp16AutocastAndAGradScalerThatMatchesItsCpuTwin) {
+  DDP_REQUIRE_CUDA_DEVICES(1);
+  const torch::Device gpu(torch::kCUDA, 0);
+  {
+    amp::Autocast autocast(torch::kCUDA);
+    EXPECT_EQ(torch::mm(torch::randn({4, 4}, gpu), torch::randn({4, 4}, gpu)).scalar_type(), torch::kHalf);
+  }
+  EXPECT_EQ(torch::mm(torch::randn({4, 4}, gpu), torch::randn({4, 4}, gpu)).scalar_type(), torch::kFloat);
+  const std::vector<bool> poisoned = {false, false, true, false, false, false, true, true, false, false};
+  auto run = [&](const torch::Device& device) {
+    torch::manual_seed(3);
+    auto net = std::make_shared<Mlp>();
+    net->to(device);
+    torch::optim::SGD optimizer(net->parameters(), torch::optim::SGDOptions(0.01));
+    amp::GradScaler scaler({.init_scale = 1024.0, .growth_interval = 2});
+    std::vector<double> scales;
+    std::vector<bool> stepped;
+    for (std::size_t step = 0; step < poisoned.size(); ++step) {
+      auto [x, y] = batch(static_cast<int>(step), 8);
+      optimizer.zero_grad();
+      auto loss = torch::cross_entropy_loss(net->forward(x.to(device)), y.to(device));
+      if (poisoned[step]) loss = loss * std::numeric_limits<float>::infinity();
+      scaler.scale(loss).backward();
+      stepped.push_back(scaler.step(optimizer));
+      scaler.update();
+      scales.push_back(scaler.get_scale());
+    }
+    return std::make_pair(scales, stepped);
+  };
+  const auto [gpu_scales, gpu_stepped] = run(gpu);
+  const auto [cpu_scales, cpu_stepped] = run(torch::Device(torch::kCPU));
+  EXPECT_EQ(gpu_scales, cpu_scales);
+  EXPECT_EQ(gpu_stepped, cpu_stepped);
+  for (std::size_t step = 0; step < poisoned.size(); ++step) EXPECT_EQ(gpu_stepped[step], !poisoned[step]) << step;
 }
 
 }  // namespace

@@ -164,6 +164,102 @@ TEST(ZeroRedundancyOptimizer, EndsWhereAdamEndsWithOneShardOfTheStatePerRank) {
   });
 }
 
+// Inside ddp::join a rank that has run out of inputs keeps stepping its shard (with the averaged
+// gradients DDP's hook leaves in .grad) and broadcasting it, so the sharded optimizer ends where
+// the unsharded one does under the same join: 2 and 3 ranks, a rank with no batches, both divisors.
+TEST(ZeroRedundancyOptimizer, InsideAJoinUnevenInputsEndWhereTheUnshardedOptimizerEnds) {
+  struct Config {
+    int world;
+    std::vector<int> batches;
+    bool divide_by_initial_world_size;
+  };
+  const std::vector<Config> configs = {{2, {4, 2}, true}, {2, {0, 3}, true}, {3, {3, 0, 5}, true}, {3, {2, 5, 1}, false}};
+  run_ranks(3, [&](int rank, int) {
+    torch::set_num_threads(1);
+    init_process_group("gloo", {.timeout = 60s});
+    auto pair = new_group({0, 1});
+    for (std::size_t c = 0; c < configs.size(); ++c) {
+      const auto& config = configs[c];
+      if (rank >= config.world) continue;
+      SCOPED_TRACE("configuration " + std::to_string(c));
+      const auto group = config.world == 2 ? pair : get_default_group();
+      const JoinOptions options{.divide_by_initial_world_size = config.divide_by_initial_world_size};
+      const int iterations = *std::max_element(config.batches.begin(), config.batches.end());
+      auto train = [&](auto& ddp_model, torch::optim::Optimizer& optimizer) {
+        for (int step = 0; step < config.batches[static_cast<std::size_t>(rank)]; ++step) {
+          auto [x, y] = batch(100 * static_cast<int>(c) + 10 * rank + step, 4 + rank);
+          optimizer.zero_grad();
+          torch::cross_entropy_loss(ddp_model->forward(x), y).backward();
+          optimizer.step();
+        }
+      };
+      torch::manual_seed(7);
+      auto sharded = std::make_shared<Mlp>(), reference = std::make_shared<Mlp>();
+      {
+        torch::NoGradGuard no_grad;
+        for (std::size_t i = 0; i < sharded->parameters().size(); ++i) reference->parameters()[i].copy_(sharded->parameters()[i]);
+      }
+      DistributedDataParallel ddp_sharded(sharded, {.process_group = group});
+      ZeroRedundancyOptimizer<Adam> zero(ddp_sharded->parameters(), AdamOptions(0.01), {.process_group = group});
+      join({&ddp_sharded, &zero}, [&] { train(ddp_sharded, zero); }, options);
+      DistributedDataParallel ddp_reference(reference, {.process_group = group});
+      Adam plain(ddp_reference->parameters(), AdamOptions(0.01));
+      join({&ddp_reference}, [&] { train(ddp_reference, plain); }, options);
+      auto ps = sharded->parameters(), pr = reference->parameters();
+      for (std::size_t i = 0; i < ps.size(); ++i) {
+        EXPECT_TRUE(torch::allclose(ps[i], pr[i], 0, 1e-6)) << "parameter " << i << " differs by "
+                                                            << (ps[i] - pr[i]).abs().max().item<double>();
+      }
+      // Every shard stepped in every iteration, also on the ranks that had run out.
+      for (const auto& [key, state] : zero.local().state()) {
+        EXPECT_EQ(static_cast<const torch::optim::AdamParamState&>(*state).step(), iterations) << "rank " << rank;
+      }
+    }
+    barrier();
+  });
+}
+
+TEST(ZeroRedundancyOptimizer, AJoinWithoutDdpAnnouncesAtStepAndShadowsItAlone) {
+  // The optimizer is the join's only joinable: its step announces that the rank trains, and its
+  // hook's step on a rank that has run out must not announce again (the others would read it as
+  // a rank still training and never finish).
+  run_ranks(2, [](int rank, int) {
+    torch::set_num_threads(1);
+    init_process_group("gloo", {.timeout = 60s});
+    torch::manual_seed(3);
+    Mlp net;
+    ZeroRedundancyOptimizer<Adam> zero(net.parameters(), AdamOptions(0.01));
+    join({&zero}, [&] {
+      for (int step = 0; step < (rank == 0 ? 1 : 4); ++step) train_step(net, zero, step);
+    });
+    std::vector<at::Tensor> flat;
+    for (const auto& p : net.parameters()) flat.push_back(p.detach().flatten());
+    auto mine = torch::cat(flat), theirs = mine.clone();
+    broadcast(theirs, 1);
+    EXPECT_TRUE(torch::equal(mine, theirs)) << "the ranks' parameters differ after the join";
+  });
+}
+
+TEST(ZeroRedundancyOptimizer, AGradScalerStepInsideAJoinIsRefusedOnEveryRank) {
+  run_ranks(2, [](int, int) {
+    torch::set_num_threads(1);
+    init_process_group("gloo", {.timeout = 60s});
+    auto net = std::make_shared<Mlp>();
+    DistributedDataParallel ddp_model(net);
+    ZeroRedundancyOptimizer<Adam> zero(ddp_model->parameters(), AdamOptions(0.01));
+    amp::GradScaler scaler;
+    expect_error<InvalidArgument>([&] {
+      join({&ddp_model, &zero}, [&] {
+        auto [x, y] = batch(0, 4);
+        zero.zero_grad();
+        scaler.scale(torch::cross_entropy_loss(ddp_model->forward(x), y)).backward();
+        scaler.step(zero);
+      });
+    }, {"GradScaler::step", "inside ddp::join", "ranks that have run out of inputs"});
+    barrier();  // no rank was left in a collective
+  });
+}
+
 TEST(ZeroRedundancyOptimizer, ConsolidatedStateSavedAtTwoRanksLoadsAtThreeAndIntoPlainAdam) {
   const std::string dir = ::testing::TempDir() + "/zero-state-" + std::to_string(::getpid());
   const std::map<std::string, std::string> env = {{"ZERO_DIR", dir}};
