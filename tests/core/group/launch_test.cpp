@@ -156,7 +156,9 @@ TEST(LaunchOnWait, AnAsyncOpRunsOnTheWorker) {
     work->then([&](Work&) { finished_on = std::this_thread::get_id(); });
     work->wait();
     EXPECT_EQ(x, expected_sum(world));
-    if (rank == 0) EXPECT_NE(finished_on, std::this_thread::get_id());
+    if (rank == 0) {
+      EXPECT_NE(finished_on, std::this_thread::get_id());
+    }
     destroy_process_group();
   });
 }

@@ -81,7 +81,9 @@ TEST(DistributedSamplerPasses, AWorldSizeChangeLosesAndRepeatsNoSample) {
               ASSERT_EQ(index, perm[static_cast<std::size_t>(position % n)]) << context << " at " << position;
               if (position < n) ++times[index];
             }
-            if (!mode.drop_last) ASSERT_EQ(static_cast<std::int64_t>(times.size()), n) << context << ": a sample was lost";
+            if (!mode.drop_last) {
+              ASSERT_EQ(static_cast<std::int64_t>(times.size()), n) << context << ": a sample was lost";
+            }
           }
         }
       }
@@ -128,7 +130,7 @@ TEST(DistributedSamplerPasses, WithoutEvenShardsEachRankGetsExactlyItsShare) {
   }
 }
 
-std::string error_of(const std::function<void()>& call) {
+std::string invalid_argument_of(const std::function<void()>& call) {
   try {
     call();
   } catch (const InvalidArgument& e) {
@@ -138,16 +140,16 @@ std::string error_of(const std::function<void()>& call) {
 }
 
 TEST(DistributedSamplerPasses, BadArgumentsSayWhatIsWrong) {
-  EXPECT_EQ(error_of([] { distributed_pass_indices(10, 2, 0, 0, 0, 11); }),
+  EXPECT_EQ(invalid_argument_of([] { distributed_pass_indices(10, 2, 0, 0, 0, 11); }),
             "distributed_indices: start 11 is outside [0, 10]: it counts the samples of the epoch consumed before the "
             "pass");
-  EXPECT_EQ(error_of([] { distributed_pass_size(10, 2, 0, -1); }),
+  EXPECT_EQ(invalid_argument_of([] { distributed_pass_size(10, 2, 0, -1); }),
             "distributed_pass_size: start -1 is outside [0, 10]: it counts the samples of the epoch consumed before "
             "the pass");
-  EXPECT_EQ(error_of([] { distributed_pass_size(10, 2, 0, 0, true, false); }),
+  EXPECT_EQ(invalid_argument_of([] { distributed_pass_size(10, 2, 0, 0, true, false); }),
             "distributed_pass_size: drop_last trims the shards to one length, and even_shards = false gives each "
             "rank exactly its share: choose one");
-  EXPECT_EQ(error_of([] { distributed_pass_size(10, 2, 2, 0); }),
+  EXPECT_EQ(invalid_argument_of([] { distributed_pass_size(10, 2, 2, 0); }),
             "distributed_pass_size: rank 2 is not less than num_replicas 2: a rank must be in [0, 1]; pass the "
             "process's rank and the world size");
 }

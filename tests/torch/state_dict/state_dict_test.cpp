@@ -37,7 +37,7 @@ TORCH_MODULE(Block);
 std::vector<std::string> keys(const StateDict& d) { return d.keys(); }
 
 template <typename F>
-std::string error_of(F&& f) {
+std::string what_of(F&& f) {
   try {
     f();
   } catch (const std::exception& e) {
@@ -170,7 +170,7 @@ TEST(StateDict, AFileThatDoesNotFitIsReportedByNameAndStrictLoadsNothing) {
 
   Block target;
   const auto before = state_dict(target)["scale"].clone();
-  const auto error = error_of([&] { load_state_dict(target, dir / "other.pt"); });
+  const auto error = what_of([&] { load_state_dict(target, dir / "other.pt"); });
   EXPECT_NE(error.find("load_state_dict: \"" + (dir / "other.pt") + "\" (PyTorch zip) does not match the module; nothing was loaded"),
             std::string::npos) << error;
   EXPECT_NE(error.find("missing keys (in the module, not in the file): \"bn.running_var\""), std::string::npos) << error;
@@ -213,7 +213,7 @@ TEST(StateDict, DamagedAndForeignFilesAreNamedWithTheirFault) {
   const auto st = test::file_bytes(dir / "good.safetensors");
   auto read_error = [&](const std::string& name, const std::string& bytes) {
     test::write_bytes(dir / name, bytes);
-    return error_of([&] { read_weights(dir / name); });
+    return what_of([&] { read_weights(dir / name); });
   };
   auto expect_fault = [&](const std::string& name, const std::string& bytes, const std::string& fault) {
     const auto error = read_error(name, bytes);
@@ -245,12 +245,12 @@ TEST(StateDict, DamagedAndForeignFilesAreNamedWithTheirFault) {
   torch::save(block, dir / "torchscript.pt");
   expect_fault("torchscript.pt", test::file_bytes(dir / "torchscript.pt"), "a TorchScript archive");
   // A file that is not there.
-  const auto missing = error_of([&] { read_weights(dir / "none.pt"); });
+  const auto missing = what_of([&] { read_weights(dir / "none.pt"); });
   EXPECT_NE(missing.find("cannot read weights from \"" + (dir / "none.pt") + "\": No such file or directory"),
             std::string::npos) << missing;
   // A key for a file without one.
   EXPECT_THROW(read_weights(dir / "good.safetensors", "model"), InvalidArgument);
-  const auto no_key = error_of([&] { read_weights(dir / "good.pt", "model"); });
+  const auto no_key = what_of([&] { read_weights(dir / "good.pt", "model"); });
   EXPECT_NE(no_key.find("the file's dict has no key \"model\"; its keys are \"scale\", \"steps\""), std::string::npos)
       << no_key;
 }
@@ -259,12 +259,12 @@ TEST(StateDict, WhatAFormatCannotHoldIsRefusedBeforeWriting) {
   TempDir dir;
   StateDict sparse;
   sparse.insert("s", torch::eye(3).to_sparse());
-  EXPECT_NE(error_of([&] { save_state_dict(sparse, dir / "s.pt"); }).find("\"s\" is not a dense tensor"), std::string::npos);
+  EXPECT_NE(what_of([&] { save_state_dict(sparse, dir / "s.pt"); }).find("\"s\" is not a dense tensor"), std::string::npos);
   StateDict complex;
   complex.insert("c", torch::zeros({2}, torch::kComplexFloat));
-  EXPECT_NE(error_of([&] { save_state_dict(complex, dir / "c.pt"); }).find("\"c\" is ComplexFloat"), std::string::npos);
+  EXPECT_NE(what_of([&] { save_state_dict(complex, dir / "c.pt"); }).find("\"c\" is ComplexFloat"), std::string::npos);
   EXPECT_THROW(save_state_dict(StateDict{}, dir / "m.pt", {.metadata = {{"a", "b"}}}), InvalidArgument);
-  EXPECT_NE(error_of([&] { save_state_dict(StateDict{}, dir / "no/such/dir/m.pt"); }).find("save_state_dict: cannot create"),
+  EXPECT_NE(what_of([&] { save_state_dict(StateDict{}, dir / "no/such/dir/m.pt"); }).find("save_state_dict: cannot create"),
             std::string::npos);
   EXPECT_FALSE(fs::exists(dir / "s.pt"));
   // An empty state dict is a valid file in both formats.
