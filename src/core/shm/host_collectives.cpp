@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "shm/kernels.h"
+#include "shm/op_signature.h"
 
 namespace ddp::detail::shm {
 namespace {
@@ -47,6 +48,7 @@ void HostCollectives::reduce_to(Buffer data, ReduceOp op, int root, Deadline dea
   const std::size_t e = element_size(data.dtype), count = data.count;
   char* base = static_cast<char*>(data.data);
   const bool gets_result = root < 0 || root == me;
+  sync_.begin_op(op_signature(root < 0 ? OpKind::AllReduce : OpKind::Reduce, data.dtype, count, op, root));
 
   if (count * e <= layout_.slot_bytes && count * e * static_cast<std::size_t>(n - 1) <= small_bytes_) {
     // One step: everyone's whole buffer, reduced where needed.
@@ -130,6 +132,7 @@ void HostCollectives::step_a(Buffer data, std::size_t j, Deadline deadline, cons
 void HostCollectives::reduce_share(Buffer data, ReduceOp op, Deadline deadline) {
   const std::size_t e = element_size(data.dtype), rounds = this->rounds(data.count, data.dtype);
   char* base = static_cast<char*>(data.data);
+  sync_.begin_op(op_signature(OpKind::ReduceShare, data.dtype, data.count, op));
   for (std::size_t j = 0; j < rounds; ++j) {
     step_a(data, j, deadline, "all_reduce");
     std::size_t length;
@@ -142,6 +145,7 @@ void HostCollectives::gather_shares(Buffer data, Deadline deadline) {
   const int n = size(), me = rank();
   const std::size_t e = element_size(data.dtype), rounds = this->rounds(data.count, data.dtype);
   char* base = static_cast<char*>(data.data);
+  sync_.begin_op(op_signature(OpKind::GatherShares, data.dtype, data.count));
   for (std::size_t j = 0; j < rounds; ++j) {
     const std::uint32_t s = sync_.next_step();
     sync_.ready_to_write(s, deadline, "all_reduce");
@@ -165,6 +169,7 @@ void HostCollectives::reduce_scatter(Buffer input, Buffer output, ReduceOp op, D
   char* out = static_cast<char*>(output.data);
   const std::size_t per_chunk = layout_.chunk / e;
   const std::size_t rounds = ceil_div(count, per_chunk);
+  sync_.begin_op(op_signature(OpKind::ReduceScatter, input.dtype, count, op));
   for (std::size_t j = 0; j < rounds; ++j) {
     const std::size_t begin = j * per_chunk, length = std::min(per_chunk, count - begin);
     const std::uint32_t s = sync_.next_step();
@@ -184,6 +189,7 @@ void HostCollectives::broadcast(Buffer data, int root, Deadline deadline) {
   const int me = rank();
   const std::size_t bytes = data.bytes(), per = layout_.slot_bytes;
   char* base = static_cast<char*>(data.data);
+  sync_.begin_op(op_signature(OpKind::Broadcast, DataType::UInt8, bytes, ReduceOp::SUM, root));
   for (std::size_t off = 0; off < bytes; off += per) {
     const std::size_t length = std::min(per, bytes - off);
     const std::uint32_t s = sync_.next_step();
@@ -204,6 +210,7 @@ void HostCollectives::all_gather(Buffer input, Buffer output, Deadline deadline)
   const std::size_t bytes = input.bytes(), per = layout_.slot_bytes;
   const char* in = static_cast<const char*>(input.data);
   char* out = static_cast<char*>(output.data);
+  sync_.begin_op(op_signature(OpKind::AllGather, DataType::UInt8, bytes));
   for (std::size_t off = 0; off < bytes; off += per) {
     const std::size_t length = std::min(per, bytes - off);
     const std::uint32_t s = sync_.next_step();
@@ -219,6 +226,7 @@ void HostCollectives::all_gather(Buffer input, Buffer output, Deadline deadline)
 }
 
 void HostCollectives::barrier(Deadline deadline) {
+  sync_.begin_op(op_signature(OpKind::Barrier, DataType::UInt8, 0));
   const std::uint32_t s = sync_.next_step();
   sync_.publish(s);
   sync_.wait_all(s, deadline, "barrier");

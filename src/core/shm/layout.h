@@ -21,6 +21,7 @@ inline constexpr std::size_t kPage = 4096;
 
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free, "futex words must be lock-free");
 static_assert(sizeof(std::atomic<std::uint32_t>) == 4, "futex words are 32 bits");
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "op signatures must be lock-free");
 
 struct Header {
   std::uint64_t magic;
@@ -34,6 +35,9 @@ struct Header {
 struct alignas(128) Control {
   std::atomic<std::uint32_t> step;      // the last step this rank published (futex word)
   std::atomic<std::uint32_t> sleepers;  // peers asleep (or going to sleep) on `step`
+  // Per step parity, what the step is: an op's signature at its first step (op_signature.h), 0
+  // at its later steps. Written before the step is published, read by the peers that wait for it.
+  std::atomic<std::uint64_t> op[2];
 };
 
 inline std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }

@@ -10,6 +10,7 @@
 #include <climits>
 
 #include "ddp/error.h"
+#include "shm/op_signature.h"
 #include "util/strings.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -68,6 +69,9 @@ bool Sync::reached(int peer, std::uint32_t step) const {
 
 void Sync::publish(std::uint32_t step) {
   Control& c = *layout_.control(base_, me_);
+  // Read by peers only after they see `step` (below): every peer has published step - 1 by now, so
+  // none still reads this parity's word of step - 2.
+  c.op[step & 1].store(step == op_first_ ? op_signature_ : 0, std::memory_order_relaxed);
   // seq_cst on both sides (here and in block_on) so that either the sleeper sees the new value or
   // this sees the sleeper: no lost wake-up.
   c.step.store(step, std::memory_order_seq_cst);
@@ -75,6 +79,22 @@ void Sync::publish(std::uint32_t step) {
 }
 
 void Sync::wait_for(int peer, std::uint32_t step, Deadline deadline, std::string_view what) {
+  wait_until(peer, step, deadline, what);
+  if (step == op_first_) check_same_op(peer, step, what);
+}
+
+void Sync::check_same_op(int peer, std::uint32_t step, std::string_view what) {
+  const std::uint64_t theirs = layout_.control(base_, peer)->op[step & 1].load(std::memory_order_relaxed);
+  if (theirs == op_signature_) return;
+  abort();
+  throw MismatchError(cat("shared-memory ", what, ": the ranks called different collectives: this rank (rank ",
+                          names_[static_cast<std::size_t>(me_)], ") called ", describe_op(op_signature_), " where ",
+                          describe(peer), " called ", describe_op(theirs),
+                          ". Every rank of a group must call the same collectives with the same sizes in the same order "
+                          "(DDP_DEBUG=1 compares them across hosts too, and names the op's sequence number)"));
+}
+
+void Sync::wait_until(int peer, std::uint32_t step, Deadline deadline, std::string_view what) {
   if (reached(peer, step)) return;
   if (spin_.count() > 0) {
     const auto until = Clock::now() + spin_;

@@ -41,6 +41,13 @@ class Sync {
   int me() const { return me_; }
   int size() const { return layout_.ranks; }
 
+  // Starts an op: its first step (the next one) carries `signature` (op_signature.h), and a wait
+  // for a peer at that step checks that the peer's first step there is the same op: if not, the
+  // group is aborted and MismatchError names both ops. Every op calls it before its first step.
+  void begin_op(std::uint64_t signature) {
+    op_signature_ = signature;
+    op_first_ = step_ + 1;
+  }
   // The next step number (not yet published).
   std::uint32_t next_step() { return ++step_; }
   void publish(std::uint32_t step);
@@ -59,6 +66,8 @@ class Sync {
 
  private:
   bool reached(int peer, std::uint32_t step) const;
+  void wait_until(int peer, std::uint32_t step, Deadline deadline, std::string_view what);
+  void check_same_op(int peer, std::uint32_t step, std::string_view what);
   void block_on(int peer, std::uint32_t step, Deadline deadline, std::string_view what);
   void check_abort(std::string_view what) const;
   void check_peers(std::uint32_t step, Deadline deadline, std::string_view what) const;
@@ -74,6 +83,8 @@ class Sync {
   bool yield_;  // more ranks than CPUs: spin by yielding, so that a peer waiting for this CPU gets it
   std::uint32_t step_ = 0;       // the last step this rank started
   std::uint32_t known_all_ = 0;  // every peer is known to have published this step
+  std::uint64_t op_signature_ = 0;  // the current op's, published with its first step
+  std::uint32_t op_first_ = 0;      // the current op's first step
 };
 
 }  // namespace ddp::detail::shm

@@ -128,8 +128,9 @@ TEST(FlightRecorderJobs, AStoppedRankIsNamedWithoutItsDumpAndWithIt) {
 }
 
 // Rank 2 broadcasts where the others reduce. With DDP_DEBUG=1 every rank fails at once (and
-// dumps); without it the pair may even go through, wrongly and silently: dumps asked for
-// afterwards show it all the same.
+// dumps). Without it, on one host, the shared-memory ops' signatures differ: rank 2 or the others
+// see the mismatch, the rest see the group aborted, and dumps asked for afterwards show it all
+// the same. (Across hosts, without DDP_DEBUG, such a pair may go through wrongly and silently.)
 void mismatched_pair(bool dump_after) {
   init_process_group("gloo", {.timeout = 3s});
   auto group = get_default_group();
@@ -141,8 +142,7 @@ void mismatched_pair(bool dump_after) {
     } else {
       group->all_reduce(buffer_of(x, 8))->wait();
     }
-  } catch (const Error& e) {
-    EXPECT_FALSE(dump_after) << e.what();
+  } catch (const Error&) {
   }
   if (dump_after) dump_flight_recorder("asked after the pair");
   wait_for_dumps({0, 1, 2});

@@ -5,6 +5,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <fstream>
 #include <thread>
 
@@ -58,6 +59,70 @@ TEST(ShmFailures, APeerKilledMidAllReduceIsAnErrorNamingItNotAHang) {
   if (test::is_rank_process()) return;
   ::unlink(done_file.c_str());
   EXPECT_EQ(test::dev_shm_entries(), before) << "something was left in /dev/shm";
+}
+
+TEST(ShmFailures, RanksThatCallDifferentCollectivesAreToldWhichWithoutDdpDebug) {
+  // Without DDP_DEBUG's agreement check the shared-memory ops compare signatures: a barrier met by
+  // an all_reduce, or two sizes, fail at once on one host instead of mixing the two ops' data.
+  // The rank that sees it first aborts the group, so the other may report that instead.
+  auto results = test::run_ranks(2, [](int rank, int) {
+    ::unsetenv("DDP_DEBUG");
+    init_process_group("gloo", {.timeout = 30s});
+    auto group = get_default_group();
+    ASSERT_EQ(test::shm_mappings().size(), 1u);
+    std::vector<float> x(1 << 20, 1.0f);
+    group->all_reduce(buffer_of(x.data(), 4))->wait();
+    auto mismatched = [&] {
+      if (rank == 0) group->barrier()->wait();
+      else group->all_reduce(buffer_of(x.data(), 4))->wait();
+    };
+    const auto start = Clock::now();
+    try {
+      mismatched();
+      ADD_FAILURE() << "no error";
+    } catch (const MismatchError& e) {
+      const std::string other = rank == 0 ? "rank 1 (pid " : "rank 0 (pid ";
+      const std::string mine = rank == 0 ? "called barrier where " : "called all_reduce (float32 x 4, SUM) where ";
+      const std::string theirs = rank == 0 ? "called all_reduce (float32 x 4, SUM)" : "called barrier";
+      for (const auto& f : {std::string("the ranks called different collectives"), other, mine, theirs}) {
+        EXPECT_NE(std::string(e.what()).find(f), std::string::npos) << "missing '" << f << "' in: " << e.what();
+      }
+      std::fprintf(stderr, "MISMATCH SEEN: %s\n", e.what());
+    } catch (const PeerLostError& e) {
+      EXPECT_NE(std::string(e.what()).find("gave up on the group"), std::string::npos) << e.what();
+    }
+    EXPECT_LT(Clock::now() - start, 10s) << "the timeout is 30 s: a mismatch is seen at once";
+  });
+  if (test::is_rank_process()) return;
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_TRUE(results[0].output.find("MISMATCH SEEN") != std::string::npos ||
+              results[1].output.find("MISMATCH SEEN") != std::string::npos)
+      << "neither rank named the mismatch:\n" << results[0].output << results[1].output;
+}
+
+TEST(ShmFailures, TwoSizesOfOneAllReduceAreAMismatchNamingBoth) {
+  auto results = test::run_ranks(2, [](int rank, int) {
+    ::unsetenv("DDP_DEBUG");
+    init_process_group("gloo", {.timeout = 30s});
+    auto group = get_default_group();
+    std::vector<float> x(1 << 20, 1.0f);
+    const std::size_t count = rank == 0 ? 16 : x.size();  // small path against large path
+    try {
+      group->all_reduce(buffer_of(x.data(), count))->wait();
+      ADD_FAILURE() << "no error";
+    } catch (const MismatchError& e) {
+      const std::string mine = rank == 0 ? "(float32 x 16, SUM) where" : "(float32 x 1048576, SUM) where";
+      EXPECT_NE(std::string(e.what()).find(mine), std::string::npos) << e.what();
+      std::fprintf(stderr, "MISMATCH SEEN: %s\n", e.what());
+    } catch (const PeerLostError& e) {
+      EXPECT_NE(std::string(e.what()).find("gave up on the group"), std::string::npos) << e.what();
+    }
+  });
+  if (test::is_rank_process()) return;
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_TRUE(results[0].output.find("MISMATCH SEEN") != std::string::npos ||
+              results[1].output.find("MISMATCH SEEN") != std::string::npos)
+      << results[0].output << results[1].output;
 }
 
 TEST(ShmFailures, AStoppedPeerTimesOutNamingIt) {

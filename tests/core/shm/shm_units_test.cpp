@@ -1,5 +1,6 @@
 // The pure parts of the shared-memory path: the reduction kernel against a scalar reference, the
-// host plan, identities, the segment layout and what a wait says when a peer is gone.
+// host plan, identities, the segment layout, the ops' signatures and what a wait says when a peer
+// is gone.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 #include "shm/host_collectives.h"
 #include "shm/kernels.h"
 #include "shm/layout.h"
+#include "shm/op_signature.h"
 #include "ddp/error.h"
 #include "shm/rendezvous.h"
 #include "shm/sync.h"
@@ -245,13 +247,48 @@ TEST(ShmShares, TileTheBufferInRankOrderOnWholeLines) {
         for (int r = 0; r < ranks; ++r) {
           const auto s = share_of(count, dtype, ranks, r);
           EXPECT_EQ(s.begin, next) << "rank " << r << " of " << ranks << ", count " << count;
-          if (s.begin + s.length < count) EXPECT_EQ(s.length % line, 0u) << "a share ends mid-line";
+          if (s.begin + s.length < count) {
+            EXPECT_EQ(s.length % line, 0u) << "a share ends mid-line";
+          }
           next = s.begin + s.length;
         }
         EXPECT_EQ(next, count) << ranks << " ranks, count " << count;
       }
     }
   }
+}
+
+TEST(ShmOpSignature, TellsOpsApartAndSaysWhatEachIs) {
+  const std::vector<std::uint64_t> distinct = {
+      op_signature(OpKind::AllReduce, DataType::Float32, 16),
+      op_signature(OpKind::AllReduce, DataType::Float32, 17),
+      op_signature(OpKind::AllReduce, DataType::Float64, 16),
+      op_signature(OpKind::AllReduce, DataType::Float32, 16, ReduceOp::MAX),
+      op_signature(OpKind::Reduce, DataType::Float32, 16, ReduceOp::SUM, 0),
+      op_signature(OpKind::Reduce, DataType::Float32, 16, ReduceOp::SUM, 1),
+      op_signature(OpKind::ReduceScatter, DataType::Float32, 16),
+      op_signature(OpKind::Broadcast, DataType::UInt8, 64, ReduceOp::SUM, 0),
+      op_signature(OpKind::Broadcast, DataType::UInt8, 64, ReduceOp::SUM, 1),
+      op_signature(OpKind::AllGather, DataType::UInt8, 64),
+      op_signature(OpKind::Barrier, DataType::UInt8, 0),
+      op_signature(OpKind::ReduceShare, DataType::Float32, 16),
+      op_signature(OpKind::GatherShares, DataType::Float32, 16),
+  };
+  for (std::size_t i = 0; i < distinct.size(); ++i) {
+    EXPECT_NE(distinct[i], 0u) << i;  // 0 marks a later step of an op
+    for (std::size_t j = 0; j < i; ++j) EXPECT_NE(distinct[i], distinct[j]) << i << " and " << j;
+  }
+  // Byte-moving ops compare bytes, not element types.
+  EXPECT_EQ(op_signature(OpKind::Broadcast, DataType::Float32, 64, ReduceOp::MAX, 1),
+            op_signature(OpKind::Broadcast, DataType::UInt8, 64, ReduceOp::SUM, 1));
+  EXPECT_EQ(describe_op(op_signature(OpKind::AllReduce, DataType::Float32, 16)), "all_reduce (float32 x 16, SUM)");
+  EXPECT_EQ(describe_op(op_signature(OpKind::Reduce, DataType::Int64, 3, ReduceOp::MAX, 2)),
+            "reduce (int64 x 3, MAX, to host rank 2)");
+  EXPECT_EQ(describe_op(op_signature(OpKind::Broadcast, DataType::UInt8, 4096, ReduceOp::SUM, 1)),
+            "broadcast (4096 bytes from host rank 1)");
+  EXPECT_EQ(describe_op(op_signature(OpKind::AllGather, DataType::UInt8, 8)), "all_gather (8 bytes per rank)");
+  EXPECT_EQ(describe_op(op_signature(OpKind::Barrier, DataType::UInt8, 0)), "barrier");
+  EXPECT_EQ(describe_op(0), "a later step of an op it began earlier");
 }
 
 TEST(ShmIdentity, RoundTripsAndRejectsJunk) {

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <atomic>
+#include <cstdio>
 
 #include "ddp/ddp.h"
 #include "ddp/torch/join.h"
@@ -129,9 +130,8 @@ TEST(Join, CompressedHooksNoSyncAndStaticGraphAreShadowed) {
 }
 
 // The two mismatch tests below run with DDP_DEBUG=1, which names the mismatch at once on every
-// rank. Without it the shared-memory backend (the default on one host) lets a barrier complete
-// against another rank's small all_reduce unnoticed, and gloo aborts the process on the size
-// mismatch (gloo::EnforceNotMet in its thread): a defect of the core, not of the join.
+// rank. Without it, on one host, the shared-memory ops' signatures name it (the third test);
+// across hosts gloo aborts the process on a size mismatch (gloo::EnforceNotMet in its thread).
 
 TEST(Join, WithoutOneUnevenInputsAreACollectiveMismatchNamingWhatTheRankThatStoppedDoes) {
   // What ddp::join is for: rank 0 runs out after one batch and goes on to the end-of-epoch
@@ -167,6 +167,46 @@ TEST(Join, ARankThatLeavesTheJoinWhileOthersTrainWithoutOneIsAMismatchNamedOnBot
       expect_error<Error>([&] { train(model, optimizer, rank, 3); }, {"ranks called different collectives"});
     }
   }, {.env = {{"DDP_DEBUG", "1"}}});
+}
+
+TEST(Join, WithoutOneOrDdpDebugUnevenInputsAreStillAMismatchNamedOnOneHost) {
+  // As the first mismatch test, without DDP_DEBUG: the barrier meets the gradient all-reduce in
+  // shared memory, whose op signatures differ. The rank that sees it first names both ops and
+  // aborts the group; the other may report the abort instead.
+  auto results = run_ranks(2, [](int rank, int) {
+    ::unsetenv("DDP_DEBUG");
+    init_process_group("gloo", {.timeout = 30s});
+    torch::manual_seed(0);
+    DistributedDataParallel model(std::make_shared<Mlp>());
+    torch::optim::SGD optimizer(model->parameters(), 0.1);
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      if (rank == 0) {
+        train(model, optimizer, rank, 1);
+        barrier();
+      } else {
+        train(model, optimizer, rank, 2);
+      }
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      const std::string message = e.what();
+      if (message.find("the ranks called different collectives") != std::string::npos) {
+        EXPECT_NE(message.find(rank == 0 ? "called barrier where rank 1" : "called barrier"), std::string::npos) << message;
+        std::fprintf(stderr, "MISMATCH SEEN\n");
+      } else {
+        EXPECT_NE(message.find("gave up on the group"), std::string::npos) << message;
+      }
+      if (rank == 1) {
+        EXPECT_NE(message.find("the gradient all-reduce of bucket 0 failed"), std::string::npos) << message;
+      }
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 20s) << "the timeout is 30 s: the mismatch is seen at once";
+  });
+  if (is_rank_process()) return;
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_TRUE(results[0].output.find("MISMATCH SEEN") != std::string::npos ||
+              results[1].output.find("MISMATCH SEEN") != std::string::npos)
+      << results[0].output << results[1].output;
 }
 
 TEST(Join, EnableFalseRunsTheLoopAsItIs) {
