@@ -54,5 +54,28 @@ TEST(SyncBatchNormStatistics, TheGradientFormulasAreBatchNormsOwn) {
   }
 }
 
+TEST(SyncBatchNormStatistics, TheOnePassInputGradientEqualsTheTwoPassFormToRounding) {
+  // Contiguous float CPU tensors take one fused pass; a transposed copy of the same values takes
+  // ATen's two addcmuls. Same arithmetic; ATen's vector kernels may fuse a multiply-add, so the
+  // two agree to an ulp or two, not bit for bit.
+  torch::manual_seed(2);
+  for (auto dtype : {torch::kFloat, torch::kDouble}) {
+    for (const auto& shape : std::vector<std::vector<std::int64_t>>{{6, 3}, {4, 3, 5}, {2, 3, 4, 4}}) {
+      auto x = torch::randn(shape, dtype), dy = torch::randn(shape, dtype), w = torch::randn({3}, dtype);
+      const auto stats = combine_statistics(local_statistics(x).unsqueeze(0), dtype);
+      const auto invstd = (stats.var + 1e-5).rsqrt();
+      const auto sums = local_gradient_sums(dy, x, stats.mean);
+      const auto fused = input_gradient(dy, x, stats.mean, invstd, w, sums, stats.count);
+      // The same values, not contiguous: the first two dimensions stored the other way round.
+      auto strided = [](const at::Tensor& t) { return t.transpose(0, 1).contiguous().transpose(0, 1); };
+      ASSERT_FALSE(strided(x).is_contiguous());
+      const auto two_pass = input_gradient(strided(dy), strided(x), stats.mean, invstd, w, sums, stats.count);
+      const double tolerance = dtype == torch::kFloat ? 1e-6 : 1e-14;
+      EXPECT_TRUE(torch::allclose(fused, two_pass, tolerance, tolerance)) << "shape " << x.sizes() << ", " << dtype << ": differ by up to "
+                                                 << (fused - two_pass).abs().max().item<double>();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ddp::detail
