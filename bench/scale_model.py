@@ -5,7 +5,7 @@ all_reduce) and of the rendezvous time, from the per-link costs measured on this
 
     python3 bench/scale_model.py [--rate 10gbit] [--ranks-per-host 8] [--benchmarks docs/BENCHMARKS.md]
 
-Plain Python, no dependencies. Prints markdown tables (docs/BENCHMARKS.md "Scale on paper").
+Plain Python (the standard library, and two helpers of run_allreduce.py and run_nodes.py). Prints markdown tables (docs/BENCHMARKS.md "Scale on paper").
 
 The model (every number a flag; the defaults are this VM's measurements, named in each flag's help):
 - A job of N ranks on H hosts with L ranks each (N = H * L), every rank with a core of its own, every
@@ -41,25 +41,16 @@ import argparse
 import math
 import os
 import re
+import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from run_allreduce import human  # noqa: E402
+from run_nodes import bits_per_second  # noqa: E402
+
 TCP_PAYLOAD = 1448 / 1514
 SIZES = [4 << 10, 1 << 20, 64 << 20]
 RANKS = [8, 16, 32, 64, 128, 256, 512, 1024]
-
-
-def bits_per_second(rate):
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([kmg]?)bit", rate.lower())
-    if not m:
-        raise SystemExit("rate %r: give it as tc does, e.g. 1gbit, 100mbit, 10gbit" % rate)
-    return float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2)]
-
-
-def human(size):
-    for unit, shift in (("MB", 20), ("KB", 10)):
-        if size >= 1 << shift:
-            return "%d %s" % (size >> shift, unit)
-    return "%d B" % size
 
 
 def parse_size(text):

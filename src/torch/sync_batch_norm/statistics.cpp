@@ -139,11 +139,10 @@ at::Tensor input_gradient(const at::Tensor& grad_output, const at::Tensor& input
   const at::Tensor b = -a * inv * inv * sum_dy_xmu / n;
   const at::Tensor c = -a * sum_dy / n - b * mean.to(at::kDouble);
   const auto dtype = statistics_dtype(input);
-  if (const auto fused = fused_input_gradient(grad_output, input, a.to(dtype), b.to(dtype), c.to(dtype)); fused.defined()) {
-    return fused;
-  }
-  at::Tensor grad = at::addcmul(per_channel(c.to(dtype), input), input, per_channel(b.to(dtype), input));
-  grad.addcmul_(grad_output, per_channel(a.to(dtype), input));
+  const at::Tensor at_a = a.to(dtype), at_b = b.to(dtype), at_c = c.to(dtype);
+  if (const auto fused = fused_input_gradient(grad_output, input, at_a, at_b, at_c); fused.defined()) return fused;
+  at::Tensor grad = at::addcmul(per_channel(at_c, input), input, per_channel(at_b, input));
+  grad.addcmul_(grad_output, per_channel(at_a, input));
   return grad.to(input.scalar_type());
 }
 
