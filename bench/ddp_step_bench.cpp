@@ -2,12 +2,14 @@
 // rank of a ddp job; run_ddp_step.py runs it beside PyTorch's DDP (torch_ddp_step.py), and
 // scripts/gpu_check.sh runs it on a GPU.
 //   ddp_step_bench --model mlp|cnn|fashion|resnet50 [--no-ddp] [--steps N] [--batch B]
-//                  [--device cpu|cuda] [--backend gloo|nccl] [--comm-hook allreduce] [--sync-bn]
+//                  [--device cpu|cuda] [--backend gloo|nccl] [--comm-hook allreduce|powersgd:R] [--sync-bn]
 // Prints "<median step ms>" on rank 0. On the CPU (the default) each rank uses one intra-op
 // thread and gloo; with --device cuda each rank uses the GPU its LOCAL_RANK names, nccl by default,
 // and every step ends with a device synchronization. --comm-hook allreduce registers the default
 // all-reduce hook explicitly, so that a group of one still fills and averages its buckets (DDP's
-// own work without communication; without a hook a group of one skips it). `fashion` is the
+// own work without communication; without a hook a group of one skips it); powersgd:R registers
+// PowerSGD at rank R (error feedback, warm start, compressing from the second step, so that the
+// timed steps are all compressed). `fashion` is the
 // training example's network (examples/fashion_mnist/net.h), with --sync-bn its SyncBatchNorm
 // variant; run_sync_bn_step.py compares the two.
 #include <torch/torch.h>
@@ -107,6 +109,7 @@ struct ResNet50 : torch::nn::Module {
 struct Config {
   bool use_ddp = true;
   bool hook = false;
+  int powersgd_rank = 0;  // > 0: the PowerSGD hook at this rank
   bool sync_bn = false;
   int steps = 30;
   int batch = 64;
@@ -154,6 +157,11 @@ double run(const Config& c, at::Tensor x, int classes) {
   if (c.device.is_cuda()) options.device_ids = {c.device.index()};
   ddp::DistributedDataParallel ddp_model(model, options);
   if (c.hook) ddp_model->register_comm_hook(ddp::comm_hooks::allreduce());
+  if (c.powersgd_rank > 0) {
+    auto state = std::make_shared<ddp::comm_hooks::PowerSGDState>(ddp::comm_hooks::PowerSGDOptions{
+        .matrix_approximation_rank = c.powersgd_rank, .start_powerSGD_iter = 2});
+    ddp_model->register_comm_hook(ddp::comm_hooks::powersgd(state));
+  }
   torch::optim::SGD optimizer(ddp_model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
   return median_step_ms([&](const at::Tensor& in) { return ddp_model->forward(in); }, optimizer, c, x, classes);
 }
@@ -172,7 +180,17 @@ int main(int argc, char** argv) {
     else if (flag == "--batch" && i + 1 < argc) c.batch = std::stoi(argv[++i]), batch_given = true;
     else if (flag == "--device" && i + 1 < argc) device = argv[++i];
     else if (flag == "--backend" && i + 1 < argc) backend = argv[++i];
-    else if (flag == "--comm-hook" && i + 1 < argc) c.hook = std::string(argv[++i]) == "allreduce";
+    else if (flag == "--comm-hook" && i + 1 < argc) {
+      const std::string hook = argv[++i];
+      if (hook == "allreduce") {
+        c.hook = true;
+      } else if (hook.rfind("powersgd:", 0) == 0 && std::stoi(hook.substr(9)) > 0) {
+        c.powersgd_rank = std::stoi(hook.substr(9));
+      } else {
+        std::fprintf(stderr, "ddp_step_bench: --comm-hook is allreduce or powersgd:RANK, not %s\n", hook.c_str());
+        return 2;
+      }
+    }
     else if (flag == "--sync-bn") c.sync_bn = true;
     else {
       std::fprintf(stderr, "ddp_step_bench: unknown argument %s\n", flag.c_str());

@@ -8,8 +8,8 @@ to 64 MB (time, busbw, and the fraction of the link's bound) and the DDP step (t
 example's CNN). Prints markdown tables for docs/BENCHMARKS.md. Needs root and the ip and tc tools.
 
     /usr/bin/python3 bench/run_nodes.py --build build [--nodes 2] [--ranks-per-node 2]
-        [--rate 1gbit] [--delay 0.1ms | 0] [--rounds 3] [--max-bytes 67108864] [--models mlp cnn]
-        [--baseline OTHER_BUILD]
+        [--rate 1gbit] [--delay 0.1ms | 0] [--rounds 3] [--max-bytes 67108864 | 0] [--models mlp cnn]
+        [--powersgd-rank R] [--baseline OTHER_BUILD]
 
 The link's bound: whatever the algorithm, after reducing within a node each node must send (and
 receive) 2(N-1)/N of the data over its own link (reduce-scatter then all-gather among N nodes),
@@ -141,18 +141,29 @@ def all_reduce_table(args, nodes, world, link_bps):
 def step_table(args, nodes, world):
     print("\n### DDP step across %d nodes x %d ranks, links %s, delay %s, batch 64 per rank (median ms of %d)\n"
           % (nodes.count, nodes.ranks_per_node, args.rate, args.delay or "none added", args.rounds))
-    print("| model | ddp (C++) | PyTorch DDP | ddp / PyTorch |")
-    print("|---|---|---|---|")
+    r = args.powersgd_rank
+    extra = (" ddp PowerSGD r=%d | PyTorch PowerSGD r=%d | ddp PowerSGD / PyTorch DDP | ddp PowerSGD / PyTorch PowerSGD |"
+             % (r, r)) if r else ""
+    print("| model | ddp (C++) | PyTorch DDP | ddp / PyTorch |" + extra)
+    print("|---|---|---|---|" + ("---|---|---|---|" if r else ""))
+    ddp_step = os.path.join(args.step_build or args.build, "bench", "ddp_step_bench")
+    torch_step = ["/usr/bin/python3", os.path.join(HERE, "torch_ddp_step.py")]
     for model in args.models:
         common = ["--model", model, "--steps", str(args.steps)]
-        ddp_step = os.path.join(args.step_build or args.build, "bench", "ddp_step_bench")
-        ours, theirs = [], []
-        for _ in range(args.rounds):
-            ours.append(float(run_ranks_output([ddp_step] + common, world, None, 3600, nodes)))
-            theirs.append(float(run_ranks_output(["/usr/bin/python3", os.path.join(HERE, "torch_ddp_step.py")]
-                                                 + common, world, None, 3600, nodes)))
-        a, b = statistics.median(ours), statistics.median(theirs)
-        print("| %s | %.2f | %.2f | %.2f |" % (model, a, b, a / b))
+        configs = [("ddp", [ddp_step] + common), ("torch", torch_step + common)]
+        if r:
+            configs += [("ddp psgd", [ddp_step] + common + ["--comm-hook", "powersgd:%d" % r]),
+                        ("torch psgd", torch_step + common + ["--powersgd-rank", str(r)])]
+        runs = {name: [] for name, _ in configs}
+        for _ in range(args.rounds):  # alternated, so that drift affects all alike
+            for name, cmd in configs:
+                runs[name].append(float(run_ranks_output(cmd, world, None, 3600, nodes)))
+        m = {name: statistics.median(v) for name, v in runs.items()}
+        row = "| %s | %.2f | %.2f | %.2f |" % (model, m["ddp"], m["torch"], m["ddp"] / m["torch"])
+        if r:
+            row += " %.2f | %.2f | %.2f | %.2f |" % (m["ddp psgd"], m["torch psgd"], m["ddp psgd"] / m["torch"],
+                                                   m["ddp psgd"] / m["torch psgd"])
+        print(row)
         sys.stdout.flush()
 
 
@@ -165,9 +176,11 @@ def main():
     parser.add_argument("--delay", default="0", help="each link's one-way delay, tc's syntax (0.1ms); needs netem")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=3, help="timed batches per size within one run")
-    parser.add_argument("--max-bytes", type=int, default=64 << 20)
+    parser.add_argument("--max-bytes", type=int, default=64 << 20, help="0: no all_reduce table")
     parser.add_argument("--models", nargs="*", default=["mlp", "cnn"], help="DDP step models (none: skip)")
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--powersgd-rank", type=int, default=0,
+                        help="also time the DDP step with PowerSGD at this rank (ddp's hook and PyTorch's)")
     parser.add_argument("--baseline", help="another build dir whose all_reduce runs beside this one (before/after)")
     parser.add_argument("--step-build", help="the build dir of the DDP step's ddp_step_bench (default: --build; a "
                         "build without LibTorch has none)")
@@ -181,7 +194,8 @@ def main():
     try:
         nodes = Nodes(args.nodes, args.ranks_per_node, args.rate, args.delay)
         world = args.nodes * args.ranks_per_node
-        all_reduce_table(args, nodes, world, link_bps)
+        if args.max_bytes > 0:
+            all_reduce_table(args, nodes, world, link_bps)
         if args.models:
             step_table(args, nodes, world)
     finally:  # also when making the namespaces failed half-way

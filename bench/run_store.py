@@ -69,7 +69,7 @@ def slab_bytes(cache):
 
 def start_server(kind, bench):
     for attempt in range(20):
-        if kind == "ddp":
+        if kind.startswith("ddp"):
             command = [bench, "serve", "--port", "0"]
         else:  # a port below the ephemeral range, which tens of thousands of client sockets crowd
             command = ["/usr/bin/python3", "-c", TORCH_SERVER, str(random.randrange(20000, 32000))]
@@ -98,8 +98,8 @@ def one_run(kind, size, procs, bench, timeout):
     # every client socket is IPv4, so the TCPv6 slab grows by the server's side alone (a server that
     # listens on IPv4 shows about 0 here).
     slab_before = slab_bytes("TCPv6")
-    protocol = "ddp" if kind == "ddp" else "torch"
-    probe = subprocess.Popen([bench, "probe", "--port", str(port), "--protocol", protocol], stdin=subprocess.PIPE,
+    protocol = kind  # the clients': ddp, ddp-multi (the wait and 4 gets as one multi_get) or torch
+    probe = subprocess.Popen([bench, "probe", "--port", str(port), "--protocol", "torch" if kind == "torch" else "ddp"], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, text=True)
     per = size // procs
     clients = []
@@ -185,7 +185,8 @@ def main():
     parser.add_argument("--procs", type=int, default=8, help="client processes")
     parser.add_argument("--torch-max", type=int, default=16384)
     parser.add_argument("--timeout", type=float, default=120)
-    parser.add_argument("--servers", nargs="+", default=["ddp", "torch"])
+    parser.add_argument("--servers", nargs="+", default=["ddp", "ddp-multi", "torch"],
+                        help="ddp-multi: ddp's server, its clients' wait and 4 gets as one multi_get")
     args = parser.parse_args()
     bench = os.path.join(args.build, "bench", "store_bench")
     # Every process of the run may open up to the hard limit; the server needs one descriptor per

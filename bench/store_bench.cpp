@@ -3,11 +3,12 @@
 //
 //   store_bench serve [--port P]
 //       A ddp TCPStoreServer. Prints "ready PORT PID", serves until stdin closes.
-//   store_bench clients --port P --protocol ddp|torch --first R --count K --total N --source IP
+//   store_bench clients --port P --protocol ddp|ddp-multi|torch --first R --count K --total N --source IP
 //       K connections from source address IP (one per rank R..R+K-1 of N), driven by one epoll
 //       thread. Once "go" arrives on stdin, each connects and does what a rank does at
 //       rendezvous: set addr/<rank>, add 1 to "count" (the arrival that makes it N sets "go"),
-//       wait for "go", then get 4 peers' addr/<rank + 1..4>. One request in flight per
+//       wait for "go", then get 4 peers' addr/<rank + 1..4>; with ddp-multi, one multi_get of
+//       "go" and the 4 peers' keys does the wait and the gets. One request in flight per
 //       connection. Prints "done T ERRORS RETRIES" (T: CLOCK_MONOTONIC ns when its last
 //       connection finished), keeps the connections open until stdin closes.
 //   store_bench probe --port P --protocol ddp|torch
@@ -86,6 +87,7 @@ class Clients {
   Clients(std::map<std::string, std::string> f)
       : port_(static_cast<std::uint16_t>(std::stoi(f.at("port")))),
         torch_(f.at("protocol") == "torch"),
+        multi_(f.at("protocol") == "ddp-multi"),
         first_(std::stoi(f.at("first"))),
         total_(std::stoi(f.at("total"))),
         source_(f.at("source")) {
@@ -222,7 +224,15 @@ class Clients {
       case SetAddr: q.op = wire::Op::Set, q.key = "addr/" + std::to_string(c.rank), q.value = "127.0.0.1:1"; break;
       case Add: q.op = wire::Op::Add, q.key = "count", q.number = 1; break;
       case SetGo: q.op = wire::Op::Set, q.key = "go", q.value = "1"; break;
-      case WaitGo: q.op = wire::Op::Get, q.key = "go", q.number = 600'000; break;
+      case WaitGo:
+        if (multi_) {
+          q.op = wire::Op::MultiGet, q.number = 600'000;
+          q.keys = {"go"};
+          for (int k = 0; k < 4; ++k) q.keys.push_back(peer_key(c, k));
+        } else {
+          q.op = wire::Op::Get, q.key = "go", q.number = 600'000;
+        }
+        break;
       default: q.op = wire::Op::Get, q.key = peer_key(c, step - GetPeer0), q.number = 600'000; break;
     }
     c.out += wire::encode(q);
@@ -275,13 +285,15 @@ class Clients {
       case SetAddr: next(c, Add); break;
       case Add: next(c, number == total_ ? SetGo : WaitGo); break;
       case SetGo: next(c, WaitGo); break;
-      default: next(c, c.step + 1); break;  // WaitGo, GetPeer0..3 -> ... Done
+      case WaitGo: next(c, multi_ ? Done : GetPeer0); break;
+      default: next(c, c.step + 1); break;  // GetPeer0..3 -> ... Done
     }
     return true;
   }
 
   std::uint16_t port_;
   bool torch_;
+  bool multi_;  // the wait and the 4 gets as one multi_get
   int first_;
   int total_;
   std::string source_;

@@ -2,8 +2,11 @@
 process per rank with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set (run_ddp_step.py and
 scripts/gpu_check.sh do).
     torch_ddp_step.py --model mlp|cnn|resnet50 [--no-ddp] [--steps N] [--batch B] [--device cpu|cuda]
+                      [--powersgd-rank R]
 Prints "<median step ms>" on rank 0. On the CPU each rank uses one intra-op thread and gloo; with
---device cuda, the GPU of LOCAL_RANK and nccl, with a device synchronization ending each step."""
+--device cuda, the GPU of LOCAL_RANK and nccl, with a device synchronization ending each step.
+--powersgd-rank R registers PyTorch's powerSGD_hook as ddp_step_bench's --comm-hook powersgd:R
+does (error feedback, warm start, compressing from the second step)."""
 import argparse
 import os
 import time
@@ -85,6 +88,7 @@ def main():
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--batch", type=int, default=None)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--powersgd-rank", type=int, default=0)
     args = parser.parse_args()
     cuda = args.device == "cuda"
     batch = args.batch or (32 if args.model == "resnet50" else 64)
@@ -101,6 +105,11 @@ def main():
     model = {"mlp": Mlp, "cnn": Cnn, "resnet50": ResNet50}[args.model]().to(device)
     if not args.no_ddp:
         model = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if cuda else None)
+        if args.powersgd_rank > 0:
+            from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
+            state = powersgd.PowerSGDState(process_group=None, matrix_approximation_rank=args.powersgd_rank,
+                                           start_powerSGD_iter=2)
+            model.register_comm_hook(state, powersgd.powerSGD_hook)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     shape = (batch, 3, 224, 224) if args.model == "resnet50" else (batch, 1, 28, 28)
     classes = 1000 if args.model == "resnet50" else 10

@@ -14,6 +14,8 @@ class PrefixStore : public Store {
   void set(const std::string& key, const std::string& value) override;
   std::string get(const std::string& key, std::chrono::milliseconds timeout) override;
   using Store::get;
+  std::vector<std::string> multi_get(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  using Store::multi_get;
   std::int64_t add(const std::string& key, std::int64_t delta) override;
   std::string compare_set(const std::string& key, const std::string& expected,
                           const std::string& desired) override;

@@ -26,6 +26,13 @@ class Store {
   virtual std::string get(const std::string& key, std::chrono::milliseconds timeout) = 0;
   std::string get(const std::string& key) { return get(key, timeout()); }
 
+  // The values of `keys`, in their order, waiting up to `timeout` (default: timeout()) for every
+  // one to be set: PyTorch's multi_get. Throws TimeoutError naming the keys still missing. A
+  // TCPStore asks for them in one request (a rank that reads its N peers' records makes one round
+  // trip, not N + 1); the other stores wait, then get each.
+  virtual std::vector<std::string> multi_get(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
+  std::vector<std::string> multi_get(const std::vector<std::string>& keys) { return multi_get(keys, timeout()); }
+
   // Atomically adds `delta` to the integer counter at `key` (created as 0) and returns the new
   // value. Throws InvalidArgument when the key holds something that is not an integer, or when
   // the sum does not fit in 64 bits.

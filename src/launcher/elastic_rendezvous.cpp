@@ -102,7 +102,10 @@ RoundRecord form_round(Store& store, const RendezvousSettings& s, int round, con
     record.formed = decision == RoundDecision::Close;
     if (record.formed) {
       if (static_cast<int>(joined.size()) > s.max_nodes) joined.resize(static_cast<std::size_t>(s.max_nodes));
-      for (int a : joined) record.nodes.push_back(decode_node(store.get(keys::node(a)), a));
+      std::vector<std::string> node_keys;
+      for (int a : joined) node_keys.push_back(keys::node(a));
+      const auto infos = store.multi_get(node_keys);
+      for (std::size_t i = 0; i < joined.size(); ++i) record.nodes.push_back(decode_node(infos[i], joined[i]));
     } else {
       record.failure = cat("only ", joined.size(), " of the ", nodes_wanted(s), " nodes that --nnodes=", s.min_nodes,
                            ":", s.max_nodes, " needs ", round == 0 ? "joined the job" : "are left in the job", " at ",

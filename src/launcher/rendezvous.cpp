@@ -137,7 +137,8 @@ void finish_rendezvous(Store& store, const RendezvousSettings& s, Membership& m,
                            " of ", m.nnodes, " nodes are here). ", how_to_start(s.backend),
                            " (--rdzv_conf join_timeout=SECONDS waits longer.)"));
   }
-  for (int n = 0; n < m.nnodes; ++n) m.nodes.push_back(decode_node(store.get(keys::node(n)), n));
+  const auto nodes = store.multi_get(node_keys);
+  for (int n = 0; n < m.nnodes; ++n) m.nodes.push_back(decode_node(nodes[static_cast<std::size_t>(n)], n));
 }
 
 }  // namespace

@@ -60,6 +60,9 @@ class Steps {
       case wire::Op::Wait:
         wait(client, KeySpace::Want::Keys, q.keys, q.number);
         break;
+      case wire::Op::MultiGet:
+        wait(client, KeySpace::Want::Values, q.keys, q.number);
+        break;
       case wire::Op::Add:
         changed(q.key, [&] {
           try {
@@ -149,6 +152,10 @@ class Steps {
     CHECK(it != parked_.end() && a.want == it->second.want && a.missing.empty());
     CHECK(keys_.contains_all(it->second.keys) && !keys_.is_parked(a.client));
     if (a.want == KeySpace::Want::Value) CHECK(a.value == *keys_.find(it->second.keys.front()));
+    if (a.want == KeySpace::Want::Values) {
+      CHECK(a.values.size() == it->second.keys.size());
+      for (std::size_t i = 0; i < a.values.size(); ++i) CHECK(a.values[i] == *keys_.find(it->second.keys[i]));
+    }
     parked_.erase(it);
   }
 

@@ -32,9 +32,12 @@ seeds = {
     + frame(bytes([7]) + struct.pack("<I", 2) + b32(b"a") + b32(b"b") + struct.pack("<q", 500))
     + frame(bytes([6]) + struct.pack("<I", 1) + b32(b"a")) + frame(bytes([8]) + b32(b"a")) + frame(bytes([9]))
     + frame(bytes([10])) + frame(bytes([11])),
+    "ddp_multi_get_and_unknown": bytes([0]) + frame(bytes([12]) + struct.pack("<I", 2) + b32(b"a") + b32(b"b")
+    + struct.pack("<q", 500)) + frame(bytes([99]) + b32(b"from a newer client")),
     "ddp_responses": bytes([1]) + frame(bytes([0])) + frame(bytes([1]) + b32(b"value")) + frame(bytes([2]) + struct.pack("<q", 7))
     + frame(bytes([3]) + struct.pack("<I", 1) + b32(b"missing")) + frame(bytes([4]) + b32(b"error"))
-    + frame(bytes([5]) + b32(b"job")) + frame(bytes([6]) + b32(b"2")),
+    + frame(bytes([5]) + b32(b"job")) + frame(bytes([6]) + b32(b"2"))
+    + frame(bytes([7]) + struct.pack("<I", 2) + b32(b"value a") + b32(b"")),
     "torch_113_set_get_add": bytes([2]) + bytes([0]) + b64(b"/key") + b64(b"value") + bytes([2]) + b64(b"/key")
     + bytes([3]) + b64(b"init/") + struct.pack("<q", 1) + bytes([4]) + struct.pack("<Q", 1) + b64(b"/key")
     + bytes([5]) + struct.pack("<Q", 1) + b64(b"/key") + bytes([6]) + bytes([8]) + b64(b"/key")
@@ -51,6 +54,8 @@ seeds = {
     + bytes([3]) + frame(bytes([4]) + b32(b"k") + struct.pack("<q", 1))
     + bytes([3]) + frame(bytes([5]) + b32(b"k") + b32(b"v") + b32(b"w"))
     + bytes([4]) + frame(bytes([7]) + struct.pack("<I", 1) + b32(b"gone") + struct.pack("<q", -1))
+    + bytes([5]) + frame(bytes([12]) + struct.pack("<I", 2) + b32(b"k") + b32(b"a") + struct.pack("<q", 70))
+    + bytes([3]) + frame(bytes([2]) + b32(b"a") + b32(b"1"))
     + bytes([3]) + frame(bytes([8]) + b32(b"k")) + bytes([2]) + frame(bytes([10])) + bytes([4]) + frame(bytes([11])),
 }
 

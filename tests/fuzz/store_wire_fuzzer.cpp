@@ -27,6 +27,11 @@ void ddp_requests(std::string_view stream) {
     std::size_t consumed = 0;
     std::string error;
     auto result = wire::parse(stream, q, consumed, error);
+    if (result == wire::Parse::UnknownRequest) {  // the server answers it and reads on, as here
+      CHECK(!error.empty() && consumed > 0 && consumed <= stream.size());
+      stream.remove_prefix(consumed);
+      continue;
+    }
     if (result != wire::Parse::Complete) {
       CHECK(result == wire::Parse::NeedMore || !error.empty());
       return;

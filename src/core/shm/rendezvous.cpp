@@ -70,10 +70,10 @@ std::size_t chunk_for(const Tuning& tuning, int ranks) {
 std::vector<Identity> exchange_identities(Store& store, int rank, int size, const Identity& mine, Deadline deadline) {
   store.set(id_key(rank), encode(mine));
   const auto keys = keys_for(size, id_key);
-  store.wait(keys, std::max(left_until(deadline), milliseconds(1)));
+  const auto texts = store.multi_get(keys, std::max(left_until(deadline), milliseconds(1)));  // one round trip
   std::vector<Identity> ids;
   for (int r = 0; r < size; ++r) {
-    const std::string text = store.get(keys[static_cast<std::size_t>(r)]);
+    const std::string& text = texts[static_cast<std::size_t>(r)];
     auto id = decode_identity(text);
     if (!id) throw Error(cat("shared-memory setup: rank ", r, " published a malformed identity ", quote(text)));
     ids.push_back(*id);
@@ -140,10 +140,10 @@ std::vector<std::string> agree_on_setup(Store& store, int rank, int size, const 
                                         Deadline deadline) {
   store.set(ok_key(rank), my_failure.empty() ? "ok" : "no " + my_failure);
   const auto keys = keys_for(size, ok_key);
-  store.wait(keys, std::max(left_until(deadline), milliseconds(1)));
+  const auto values = store.multi_get(keys, std::max(left_until(deadline), milliseconds(1)));
   std::vector<std::string> failures;
   for (int r = 0; r < size; ++r) {
-    const std::string value = store.get(keys[static_cast<std::size_t>(r)]);
+    const std::string& value = values[static_cast<std::size_t>(r)];
     if (value != "ok") failures.push_back(cat("rank ", r, ": ", value.size() > 3 ? value.substr(3) : value));
   }
   return failures;

@@ -1,5 +1,7 @@
 #include "store/connection.h"
 
+#include <stdexcept>
+
 #include "util/strings.h"
 
 namespace ddp::detail {
@@ -49,11 +51,15 @@ TimeoutError StoreConnection::get_timed_out(const std::string& key, std::chrono:
                           "timeout, or belong to a different world size."));
 }
 
+std::vector<std::string> StoreConnection::multi_get(const std::vector<std::string>&, std::chrono::milliseconds) {
+  throw std::logic_error("StoreConnection::multi_get called on a protocol without it (see has_multi_get)");
+}
+
 TimeoutError StoreConnection::wait_timed_out(const std::vector<std::string>& missing,
-                                             std::chrono::milliseconds timeout) const {
+                                             std::chrono::milliseconds timeout, std::string_view op) const {
   std::vector<std::string> quoted;
   for (const auto& key : missing) quoted.push_back(quote(key));
-  return TimeoutError(cat("store wait timed out after ", format_duration(timeout), " at ", where_,
+  return TimeoutError(cat("store ", op, " timed out after ", format_duration(timeout), " at ", where_,
                           "; still missing: ", join(quoted), ". The processes that should set them have not."));
 }
 

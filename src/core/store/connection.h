@@ -33,6 +33,10 @@ class StoreConnection {
                                   Clock::time_point deadline) = 0;
   virtual bool check(const std::vector<std::string>& keys, Clock::time_point deadline) = 0;
   virtual void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) = 0;
+  // Whether the protocol has a multi_get request (PyTorch 1.13's has none: TCPStore then waits
+  // and gets each), and the request itself: every key's value, waiting up to `timeout` for all.
+  virtual bool has_multi_get() const { return false; }
+  virtual std::vector<std::string> multi_get(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
   virtual bool delete_key(const std::string& key, Clock::time_point deadline) = 0;
   virtual std::int64_t num_keys(Clock::time_point deadline) = 0;
   // The longest key the protocol carries.
@@ -78,9 +82,11 @@ class StoreConnection {
 
   TimeoutError no_reply(std::string_view op) const;
   PeerLostError lost_connection(std::string_view op, const std::string& what) const;
-  // A get or wait whose keys did not appear in time.
+  // A get whose key did not appear in time.
   TimeoutError get_timed_out(const std::string& key, std::chrono::milliseconds timeout) const;
-  TimeoutError wait_timed_out(const std::vector<std::string>& missing, std::chrono::milliseconds timeout) const;
+  // A wait (or multi_get, `op`) whose keys did not all appear in time.
+  TimeoutError wait_timed_out(const std::vector<std::string>& missing, std::chrono::milliseconds timeout,
+                              std::string_view op = "wait") const;
 
   const std::string peer_;
   const std::string where_;

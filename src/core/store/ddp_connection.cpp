@@ -117,6 +117,21 @@ class DdpConnection final : public StoreConnection {
     expect(response, wire::Status::Ok, "wait");
   }
 
+  bool has_multi_get() const override { return true; }
+
+  std::vector<std::string> multi_get(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
+    wire::Request q{wire::Op::MultiGet};
+    q.keys = keys;
+    q.number = timeout.count();
+    auto response = call(q, Clock::now() + timeout + kReplyGrace);
+    if (response.status == wire::Status::Timeout) throw wait_timed_out(response.keys, timeout, "multi_get");
+    expect(response, wire::Status::Values, "multi_get");
+    if (response.values.size() != keys.size()) {
+      unexpected_reply("multi_get", cat(" (", response.values.size(), " values for ", keys.size(), " keys)"));
+    }
+    return std::move(response.values);
+  }
+
   bool delete_key(const std::string& key, Clock::time_point deadline) override {
     auto response = call({wire::Op::Delete, key}, deadline);
     expect(response, wire::Status::Number, "delete_key");

@@ -152,7 +152,12 @@ KeySpace::Answer KeySpace::answer(ClientId client, const Parked& parked) const {
   for (const auto& key : parked.keys) {
     if (!data_.count(key)) a.missing.push_back(key);
   }
-  if (a.missing.empty() && parked.want == Want::Value && !parked.keys.empty()) a.value = data_.at(parked.keys.front());
+  if (!a.missing.empty()) return a;
+  if (parked.want == Want::Value && !parked.keys.empty()) a.value = data_.at(parked.keys.front());
+  if (parked.want == Want::Values) {
+    a.values.reserve(parked.keys.size());
+    for (const auto& key : parked.keys) a.values.push_back(data_.at(key));
+  }
   return a;
 }
 

@@ -27,15 +27,16 @@ class KeySpace {
   using Clock = std::chrono::steady_clock;
   static constexpr Clock::time_point kNoDeadline = Clock::time_point::max();
 
-  // What a parked client asked for: a get wants the value of its one key, a wait only that
-  // every key exists.
-  enum class Want : std::uint8_t { Value, Keys };
+  // What a parked client asked for: a get wants the value of its one key, a multi_get the
+  // values of all its keys, a wait only that every key exists.
+  enum class Want : std::uint8_t { Value, Values, Keys };
 
   // A wait that is over: whom to answer, and with what.
   struct Answer {
     ClientId client = -1;
     Want want = Want::Keys;
     std::string value;                 // Want::Value, when the key exists
+    std::vector<std::string> values;   // Want::Values, when every key exists: in the keys' order
     std::vector<std::string> missing;  // empty: every key exists; else its deadline passed
   };
 

@@ -90,6 +90,14 @@ std::string TCPStore::get(const std::string& key, std::chrono::milliseconds time
   return connection_->get(key, timeout);
 }
 
+std::vector<std::string> TCPStore::multi_get(const std::vector<std::string>& keys,
+                                            std::chrono::milliseconds timeout) {
+  if (keys.empty() || !connection_->has_multi_get()) return Store::multi_get(keys, timeout);
+  for (const auto& key : keys) check_key(key, connection_->max_key_bytes());
+  std::lock_guard lock(mutex_);
+  return connection_->multi_get(keys, timeout);
+}
+
 std::int64_t TCPStore::add(const std::string& key, std::int64_t delta) {
   check_key(key, connection_->max_key_bytes());
   std::lock_guard lock(mutex_);

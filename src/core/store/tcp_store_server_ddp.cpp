@@ -26,6 +26,20 @@ detail::Clock::time_point deadline_after(std::int64_t timeout_ms) {
   return timeout >= room ? detail::KeySpace::kNoDeadline : now + timeout;
 }
 
+// A multi_get's answer: its values, or an error when together they exceed one frame.
+wire::Response values_reply(std::vector<std::string> values) {
+  std::size_t bytes = 5;  // the status and the count
+  for (const auto& value : values) bytes += 4 + value.size();
+  if (bytes > wire::kMaxFrameBytes) {
+    return {wire::Status::Error, cat("multi_get: the ", values.size(), " values total ", bytes,
+                                     " bytes, more than one reply carries (", wire::kMaxFrameBytes,
+                                     "); get the keys in smaller groups")};
+  }
+  wire::Response response{wire::Status::Values};
+  response.values = std::move(values);
+  return response;
+}
+
 }  // namespace
 
 bool TCPStoreServer::Impl::process_ddp(Client& c) {
@@ -36,6 +50,15 @@ bool TCPStoreServer::Impl::process_ddp(Client& c) {
     std::string error;
     auto result = wire::parse(std::string_view(c.in).substr(offset), request, consumed, error);
     if (result == wire::Parse::NeedMore) break;
+    if (result == wire::Parse::UnknownRequest && c.state == State::Ready) {
+      // A newer client's request: it learns why, and the connection goes on.
+      offset += consumed;
+      reply(c, {wire::Status::Error, cat("the store server does not know this request (", error,
+                                         "): it runs an older ddp than this client. Run the job's processes "
+                                         "and its launcher from one ddp build.")});
+      if (!alive(c)) return false;
+      continue;
+    }
     if (result != wire::Parse::Complete) return drop(c, error);
     offset += consumed;
     const bool go_on = c.state == State::Handshake ? greet_ddp(c, request) : handle_ddp(c, request);
@@ -91,6 +114,9 @@ bool TCPStoreServer::Impl::handle_ddp(Client& c, wire::Request& q) {
     case wire::Op::Wait:
       wait(c, Want::Keys, std::move(q.keys), deadline_after(q.number));
       return alive(c);
+    case wire::Op::MultiGet:
+      wait(c, Want::Values, std::move(q.keys), deadline_after(q.number));
+      return alive(c);
     case wire::Op::Add: {
       KeySpace::Changed<std::int64_t> added{};
       try {
@@ -139,6 +165,8 @@ void TCPStoreServer::Impl::answer_ddp(Client& c, KeySpace::Answer answer) {
     reply(c, timeout);
   } else if (answer.want == KeySpace::Want::Value) {
     reply(c, {wire::Status::Value, std::move(answer.value)});
+  } else if (answer.want == KeySpace::Want::Values) {
+    reply(c, values_reply(std::move(answer.values)));
   } else {
     reply(c, {wire::Status::Ok});
   }

@@ -55,17 +55,18 @@ class Reader {
     pos_ += size;
     return s;
   }
-  std::vector<std::string> list() {
+  // Keys (each up to kMaxStoreKeyBytes), or values (`item_limit` kMaxStoreValueBytes).
+  std::vector<std::string> list(std::size_t item_limit = kMaxStoreKeyBytes, const char* what = "key") {
     std::uint32_t count = u32();
     std::vector<std::string> items;
     if (!ok_) return items;
     // Each key takes at least 4 bytes, which bounds a lying count before we allocate for it.
     if (count > (body_.size() - pos_) / 4) {
-      fail(cat("key count ", count, " does not fit in the frame"));
+      fail(cat(what, " count ", count, " does not fit in the frame"));
       return items;
     }
     items.reserve(count);
-    for (std::uint32_t i = 0; i < count && ok_; ++i) items.push_back(bytes(kMaxStoreKeyBytes, "key"));
+    for (std::uint32_t i = 0; i < count && ok_; ++i) items.push_back(bytes(item_limit, what));
     return items;
   }
   std::string fail(std::string message) {
@@ -158,6 +159,7 @@ std::string encode(const Request& q) {
       w.list(q.keys);
       break;
     case Op::Wait:
+    case Op::MultiGet:
       w.list(q.keys);
       w.i64(q.number);
       break;
@@ -189,6 +191,9 @@ std::string encode(const Response& s) {
       break;
     case Status::Timeout:
       w.list(s.keys);
+      break;
+    case Status::Values:
+      w.list(s.values);
       break;
   }
   return w.finish();
@@ -232,6 +237,7 @@ Parse parse(std::string_view bytes, Request& q, std::size_t& consumed, std::stri
       q.keys = r.list();
       break;
     case Op::Wait:
+    case Op::MultiGet:
       q.keys = r.list();
       q.number = r.i64();
       break;
@@ -243,7 +249,8 @@ Parse parse(std::string_view bytes, Request& q, std::size_t& consumed, std::stri
     case Op::Ping:
       break;
     default:
-      if (r.ok()) r.fail(cat("unknown request code ", static_cast<int>(op)));
+      error = cat("unknown request code ", static_cast<int>(op));
+      return Parse::UnknownRequest;
   }
   return finish(r, error);
 }
@@ -271,6 +278,9 @@ Parse parse(std::string_view bytes, Response& s, std::size_t& consumed, std::str
     case Status::Timeout:
       s.keys = r.list();
       break;
+    case Status::Values:
+      s.values = r.list(kMaxStoreValueBytes, "value");
+      break;
     default:
       if (r.ok()) r.fail(cat("unknown response code ", static_cast<int>(status)));
   }
@@ -290,6 +300,7 @@ std::string_view to_string(Op op) {
     case Op::NumKeys: return "num_keys";
     case Op::Bye: return "bye";
     case Op::Ping: return "ping";
+    case Op::MultiGet: return "multi_get";
   }
   return "unknown";
 }

@@ -28,6 +28,7 @@ enum class Op : std::uint8_t {
   NumKeys = 9,     //
   Bye = 10,        // (no reply) a clean goodbye: this connection's rank is not lost
   Ping = 11,       //
+  MultiGet = 12,   // keys, timeout_ms: waits for every key, answers their values
 };
 
 enum class Status : std::uint8_t {
@@ -38,6 +39,7 @@ enum class Status : std::uint8_t {
   Error = 4,    // value (a message)
   Refused = 5,  // value (the server's job id)
   Later = 6,    // value (the server's generation): this server belongs to an earlier init; retry
+  Values = 7,   // values (one per key of a multi_get, in its order)
 };
 
 struct Request {
@@ -60,16 +62,19 @@ struct Response {
   std::string value;
   std::int64_t number = 0;
   std::vector<std::string> keys;
+  std::vector<std::string> values;  // Values
 };
 
 // A whole frame: 4-byte little-endian length, then the body.
 std::string encode(const Request& request);
 std::string encode(const Response& response);
 
-enum class Parse { Complete, NeedMore, Malformed, Oversized };
+enum class Parse { Complete, NeedMore, Malformed, Oversized, UnknownRequest };
 
 // Parses one frame from the front of `bytes`. On Complete, `consumed` is the frame's size. On
-// Malformed or Oversized, `error` says what is wrong. Never reads past `bytes`.
+// Malformed or Oversized, `error` says what is wrong. UnknownRequest: a well-framed request whose
+// code this version does not know (a newer client's): `consumed` covers it, so the server can
+// answer it with an error and go on. Never reads past `bytes`.
 Parse parse(std::string_view bytes, Request& out, std::size_t& consumed, std::string& error);
 Parse parse(std::string_view bytes, Response& out, std::size_t& consumed, std::string& error);
 

@@ -82,6 +82,33 @@ TEST(KeySpace, AWaitForKeysThatExistIsAnsweredAtOnce) {
   EXPECT_EQ(keys.next_deadline(), KeySpace::kNoDeadline);
 }
 
+TEST(KeySpace, AMultiGetIsAnsweredWithEveryValueInItsKeysOrderOnceTheLastArrives) {
+  KeySpace keys;
+  keys.set("b", "2");
+  auto now = keys.wait(1, Want::Values, {"b", "b"});  // present: at once, repeats kept
+  ASSERT_TRUE(now);
+  EXPECT_EQ(now->values, (std::vector<std::string>{"2", "2"}));
+  EXPECT_TRUE(keys.wait(1, Want::Values, {})->values.empty());
+
+  EXPECT_FALSE(keys.wait(2, Want::Values, {"c", "a", "b"}, KeySpace::Clock::now() + 1h));
+  EXPECT_TRUE(keys.set("a", "1").answers.empty());  // "c" is still missing
+  keys.erase("b");                                   // a present key may go again
+  EXPECT_TRUE(keys.set("c", "3").answers.empty());  // now "b" is missing
+  auto effects = keys.set("b", "two");
+  ASSERT_EQ(clients_of(effects.answers), (Ids{2}));
+  EXPECT_EQ(effects.answers[0].want, Want::Values);
+  EXPECT_EQ(effects.answers[0].values, (std::vector<std::string>{"3", "1", "two"}));
+  EXPECT_TRUE(effects.answers[0].missing.empty());
+
+  // Expired: the missing keys, no values.
+  const auto t0 = KeySpace::Clock::now();
+  EXPECT_FALSE(keys.wait(3, Want::Values, {"a", "never"}, t0 + 10ms));
+  auto expired = keys.expire(t0 + 10ms);
+  ASSERT_EQ(clients_of(expired), (Ids{3}));
+  EXPECT_EQ(expired[0].missing, (std::vector<std::string>{"never"}));
+  EXPECT_TRUE(expired[0].values.empty());
+}
+
 TEST(KeySpace, DeadlinesExpireInOrderNamingTheMissingKeys) {
   KeySpace keys;
   const auto t0 = KeySpace::Clock::now();

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <string>
+#include <vector>
 
 #include "ddp/error.h"
 #include "ddp/store.h"
@@ -52,6 +53,17 @@ inline void check_store_contract(Store& store) {
     ADD_FAILURE() << "get of a missing key did not time out";
   } catch (const TimeoutError& e) {
     EXPECT_NE(std::string(e.what()).find("absent-too"), std::string::npos) << e.what();
+  }
+
+  // multi_get: the values in the keys' order; a timeout names the keys still missing
+  EXPECT_EQ(store.multi_get({"counter", "bin", "empty", "counter"}),
+            (std::vector<std::string>{"3", "replaced", "", "3"}));
+  EXPECT_EQ(store.multi_get({}), std::vector<std::string>{});
+  try {
+    store.multi_get({"bin", "absent-many"}, 100ms);
+    ADD_FAILURE() << "multi_get of a missing key did not time out";
+  } catch (const TimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("absent-many"), std::string::npos) << e.what();
   }
 
   // delete_key, num_keys

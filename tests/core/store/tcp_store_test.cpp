@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "ddp/error.h"
+#include "ddp/prefix_store.h"
 #include "ddp/tcp_store.h"
 #include "net/socket.h"
 #include "store/lost_ranks.h"
@@ -122,6 +123,78 @@ TEST(TCPStore, WaitTimesOutNamingTheMissingKeys) {
   }
   // The connection is still in step after a timeout.
   EXPECT_EQ(store.get("present"), "1");
+}
+
+TEST(TCPStore, AMultiGetIsOneRequestThatWaitsForTheLastKey) {
+  TCPStoreServer server(0, "");
+  TCPStore reader(client_of(server)), writer(client_of(server));
+  writer.set("peer/0", "a");
+  std::thread late([&] {
+    std::this_thread::sleep_for(100ms);
+    writer.set("peer/2", "c");
+    writer.set("peer/1", std::string(1 << 20, 'b'));  // a large value rides in the same reply
+  });
+  const auto values = reader.multi_get({"peer/0", "peer/1", "peer/2"}, 5s);
+  late.join();
+  ASSERT_EQ(values.size(), 3u);
+  EXPECT_EQ(values[0], "a");
+  EXPECT_EQ(values[1], std::string(1 << 20, 'b'));
+  EXPECT_EQ(values[2], "c");
+
+  PrefixStore prefixed("peer", std::make_shared<TCPStore>(client_of(server)));
+  EXPECT_EQ(prefixed.multi_get({"2", "0"}), (std::vector<std::string>{"c", "a"}));
+  try {
+    prefixed.multi_get({"0", "3"}, 200ms);
+    FAIL() << "no timeout";
+  } catch (const TimeoutError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("store multi_get timed out after 200 ms"), std::string::npos) << message;
+    EXPECT_NE(message.find("peer/3"), std::string::npos) << message;
+    EXPECT_EQ(message.find("peer/0"), std::string::npos) << message;  // present: not named
+  }
+  EXPECT_EQ(reader.get("peer/0"), "a");  // the connection serves on after the timeout
+}
+
+TEST(TCPStore, AMultiGetLargerThanOneReplyIsAnErrorAndTheConnectionServesOn) {
+  TCPStoreServer server(0, "");
+  TCPStore store(client_of(server));
+  const std::string big(kMaxStoreValueBytes, 'x');
+  store.set("big/0", big);
+  store.set("big/1", big);
+  try {
+    store.multi_get({"big/0", "big/1"});
+    FAIL() << "no error";
+  } catch (const InvalidArgument& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("multi_get: the 2 values total 134217741 bytes, more than one reply carries"),
+              std::string::npos) << message;
+    EXPECT_NE(message.find("get the keys in smaller groups"), std::string::npos) << message;
+  }
+  EXPECT_EQ(store.multi_get({"big/0"})[0].size(), big.size());
+}
+
+TEST(TCPStore, ARequestThisServerDoesNotKnowIsAnsweredWithAnErrorAndTheConnectionServesOn) {
+  TCPStoreServer server(0, "");
+  TCPStore honest(client_of(server));
+  honest.set("k", "v");
+  const auto deadline = detail::Clock::now() + 5s;
+  auto newer = raw_connection(server.port());  // a newer client's request code, well framed
+  detail::send_all(newer.get(), hello_frame(), deadline, "server");
+  EXPECT_EQ(read_response(newer.get(), deadline).status, detail::wire::Status::Ok);
+  const std::string body = std::string("\x63") + "anything a later version sends";
+  const auto size = static_cast<std::uint32_t>(body.size());
+  detail::send_all(newer.get(), std::string(reinterpret_cast<const char*>(&size), 4) + body, deadline, "server");
+  auto refused = read_response(newer.get(), deadline);
+  EXPECT_EQ(refused.status, detail::wire::Status::Error);
+  EXPECT_NE(refused.value.find("does not know this request (unknown request code 99)"), std::string::npos)
+      << refused.value;
+  EXPECT_NE(refused.value.find("older ddp than this client"), std::string::npos) << refused.value;
+  detail::wire::Request get{detail::wire::Op::Get, "k"};
+  get.number = 1000;
+  detail::send_all(newer.get(), detail::wire::encode(get), deadline, "server");
+  auto value = read_response(newer.get(), deadline);
+  EXPECT_EQ(value.status, detail::wire::Status::Value);
+  EXPECT_EQ(value.value, "v");
 }
 
 TEST(TCPStore, ServesOver1024ConcurrentClientsParkedOnOneKey) {
