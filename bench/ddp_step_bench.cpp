@@ -3,6 +3,7 @@
 // scripts/gpu_check.sh runs it on a GPU.
 //   ddp_step_bench --model mlp|cnn|fashion|resnet50 [--no-ddp] [--steps N] [--batch B]
 //                  [--device cpu|cuda] [--backend gloo|nccl] [--comm-hook allreduce|powersgd:R] [--sync-bn]
+//                  [--bucket-view]
 // Prints "<median step ms>" on rank 0. On the CPU (the default) each rank uses one intra-op
 // thread and gloo; with --device cuda each rank uses the GPU its LOCAL_RANK names, nccl by default,
 // and every step ends with a device synchronization. --comm-hook allreduce registers the default
@@ -11,7 +12,9 @@
 // PowerSGD at rank R (error feedback, warm start, compressing from the second step, so that the
 // timed steps are all compressed). `fashion` is the
 // training example's network (examples/fashion_mnist/net.h), with --sync-bn its SyncBatchNorm
-// variant; run_sync_bn_step.py compares the two.
+// variant; run_sync_bn_step.py compares the two. --bucket-view sets gradient_as_bucket_view (the
+// gradients live in the buckets: no copy in, none out). --no-ddp at a world size above 1 is the
+// limit run_ddp_step.py sets beside DDP: every rank trains at once, with only the per-step barrier.
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -110,6 +113,7 @@ struct Config {
   bool use_ddp = true;
   bool hook = false;
   int powersgd_rank = 0;  // > 0: the PowerSGD hook at this rank
+  bool bucket_view = false;
   bool sync_bn = false;
   int steps = 30;
   int batch = 64;
@@ -155,6 +159,7 @@ double run(const Config& c, at::Tensor x, int classes) {
   }
   ddp::DDPOptions options;
   if (c.device.is_cuda()) options.device_ids = {c.device.index()};
+  options.gradient_as_bucket_view = c.bucket_view;
   ddp::DistributedDataParallel ddp_model(model, options);
   if (c.hook) ddp_model->register_comm_hook(ddp::comm_hooks::allreduce());
   if (c.powersgd_rank > 0) {
@@ -192,6 +197,7 @@ int main(int argc, char** argv) {
       }
     }
     else if (flag == "--sync-bn") c.sync_bn = true;
+    else if (flag == "--bucket-view") c.bucket_view = true;
     else {
       std::fprintf(stderr, "ddp_step_bench: unknown argument %s\n", flag.c_str());
       return 2;

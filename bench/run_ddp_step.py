@@ -3,9 +3,13 @@
 with DDP_SHM=0) against PyTorch's Python DDP (gloo), for
 an MLP (784-1024-1024-10, 1.86M parameters) and PyTorch's MNIST CNN (1.2M parameters), batch 64
 per rank, one intra-op thread per rank, at several world sizes; plus, at world size 1, each
-framework's step without DDP (DDP's own overhead). Prints markdown tables for docs/BENCHMARKS.md.
+framework's step without DDP (DDP's own overhead). With --limit, two more columns at each world
+size: ddp with gradient_as_bucket_view, and the limit: the same loop on every rank at once without
+DDP (no gradient communication, only the per-step barrier), which is what DDP's step could reach
+if communication cost nothing. Prints markdown tables for docs/BENCHMARKS.md.
 
-    /usr/bin/python3 bench/run_ddp_step.py --build build [--worlds 1 2 4] [--rounds 3] [--baseline OTHER_BUILD]
+    /usr/bin/python3 bench/run_ddp_step.py --build build [--worlds 1 2 4] [--rounds 3] [--limit]
+        [--baseline OTHER_BUILD]
 
 Each configuration runs `rounds` times, alternating ddp and PyTorch; the table gives the median.
 --baseline adds the same ddp columns from another build (an earlier commit's), alternated in the
@@ -30,6 +34,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--baseline", help="another build dir whose ddp runs beside this one (before/after)")
+    parser.add_argument("--limit", action="store_true",
+                        help="add ddp with gradient_as_bucket_view and the no-communication loop (the limit)")
     args = parser.parse_args()
     ddp_bin = os.path.join(args.build, "bench", "ddp_step_bench")
     base_bin = os.path.join(args.baseline, "bench", "ddp_step_bench") if args.baseline else None
@@ -38,11 +44,13 @@ def main():
         common = ["--model", model, "--steps", str(args.steps)]
         print("\n### DDP step, %s, batch 64 per rank (median ms)\n" % model)
         base_head = " baseline | baseline DDP_SHM=0 | baseline / this |" if base_bin else ""
+        limit_head = (" ddp, bucket view | limit: no DDP, every rank at once | ddp / limit | bucket view / limit "
+                      "| limit / PyTorch DDP |") if args.limit else ""
         print("| world size | ddp (C++) | ddp, DDP_SHM=0 | PyTorch DDP | ddp / PyTorch | ddp DDP_SHM=0 / PyTorch |"
-              + base_head)
-        print("|---|---|---|---|---|---|" + ("---|---|---|" if base_bin else ""))
+              + base_head + limit_head)
+        print("|---|---|---|---|---|---|" + ("---|---|---|" if base_bin else "") + ("---|---|---|---|---|" if args.limit else ""))
         for world in args.worlds:
-            ours, gloo, theirs, base, base_gloo = [], [], [], [], []
+            ours, gloo, theirs, base, base_gloo, view, limit = [], [], [], [], [], [], []
             for _ in range(args.rounds):  # alternated, so that drift affects every column alike
                 ours.append(float(run_ranks_output([ddp_bin] + common, world)))
                 gloo.append(float(run_ranks_output([ddp_bin] + common, world, {"DDP_SHM": "0"})))
@@ -50,11 +58,17 @@ def main():
                 if base_bin:
                     base.append(float(run_ranks_output([base_bin] + common, world)))
                     base_gloo.append(float(run_ranks_output([base_bin] + common, world, {"DDP_SHM": "0"})))
+                if args.limit:
+                    view.append(float(run_ranks_output([ddp_bin] + common + ["--bucket-view"], world)))
+                    limit.append(float(run_ranks_output([ddp_bin] + common + ["--no-ddp"], world)))
             a, g, b = statistics.median(ours), statistics.median(gloo), statistics.median(theirs)
             row = "| %d | %.2f | %.2f | %.2f | %.2f | %.2f |" % (world, a, g, b, a / b, g / b)
             if base_bin:
                 c, cg = statistics.median(base), statistics.median(base_gloo)
                 row += " %.2f | %.2f | %.2f |" % (c, cg, c / a)
+            if args.limit:
+                v, lim = statistics.median(view), statistics.median(limit)
+                row += " %.2f | %.2f | %.2f | %.2f | %.2f |" % (v, lim, a / lim, v / lim, lim / b)
             print(row)
             sys.stdout.flush()
         if 1 in args.worlds:
