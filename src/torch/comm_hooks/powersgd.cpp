@@ -282,9 +282,11 @@ std::shared_ptr<Future> compress(const std::shared_ptr<PowerSGDState>& state_ptr
     if (found != errors.end()) {
       input.add_(fitted(found->second, input.numel(), input, "error", index));
     } else {
-      errors[index] = at::zeros_like(input);
+      found = errors.emplace(index, at::empty_like(input)).first;
     }
-    input_copy = input.clone();
+    // The error's memory, read above, holds the copy and then the new error (finish): no bucket-
+    // sized allocation, and its page faults, per step.
+    input_copy = found->second.copy_(input);
   }
 
   Split s = split(gradients(bucket), options);
@@ -349,7 +351,7 @@ std::shared_ptr<Future> compress(const std::shared_ptr<PowerSGDState>& state_ptr
       at::bmm_out(c.matrices, c.p, c.q.transpose(1, 2));
       for (std::size_t i = 0; i < c.stacked.size(); ++i) c.stacked[i].copy_(c.matrices[static_cast<std::int64_t>(i)]);
     }
-    if (options.use_error_feedback) PowerSGDAccess::error(state)[index] = input_copy - input;
+    if (options.use_error_feedback) PowerSGDAccess::error(state)[index] = input_copy.sub_(input);
     if (!options.warm_start) {
       PowerSGDAccess::p(state).clear();
       PowerSGDAccess::q(state).clear();
