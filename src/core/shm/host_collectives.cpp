@@ -55,7 +55,7 @@ void HostCollectives::reduce_to(Buffer data, ReduceOp op, int root, Deadline dea
     const std::uint32_t s = sync_.next_step();
     sync_.ready_to_write(s, deadline, what);
     copy(slot(me, s), base, count * e);
-    sync_.publish(s);
+    sync_.publish(s, deadline, what);
     if (!gets_result) return;
     sync_.wait_all(s, deadline, what);
     for (int p = 0; p < n; ++p) srcs_[p] = p == me ? base : slot(p, s);
@@ -74,7 +74,7 @@ void HostCollectives::reduce_to(Buffer data, ReduceOp op, int root, Deadline dea
     const std::uint32_t b = sync_.next_step();
     char* out = (root < 0 || root != me) ? slot(me, b) + me * layout_.chunk : nullptr;
     if (length > 0) shm::reduce(gets_result ? base + begin * e : nullptr, out, srcs_.data(), n, length, data.dtype, op);
-    sync_.publish(b);
+    sync_.publish(b, deadline, what);
     if (!gets_result) continue;
     sync_.wait_all(b, deadline, what);
     for (int q = 0; q < n; ++q) {
@@ -122,7 +122,7 @@ void HostCollectives::step_a(Buffer data, std::size_t j, Deadline deadline, cons
     const std::size_t begin = piece(data.count, data.dtype, q, j, length);
     copy(mine + q * layout_.chunk, base + begin * e, length * e);
   }
-  sync_.publish(a);
+  sync_.publish(a, deadline, what);
   sync_.wait_all(a, deadline, what);
   std::size_t length;
   const std::size_t begin = piece(data.count, data.dtype, me, j, length);
@@ -152,7 +152,7 @@ void HostCollectives::gather_shares(Buffer data, Deadline deadline) {
     std::size_t length;
     const std::size_t begin = piece(data.count, data.dtype, me, j, length);
     copy(slot(me, s), base + begin * e, length * e);
-    sync_.publish(s);
+    sync_.publish(s, deadline, "all_reduce");
     sync_.wait_all(s, deadline, "all_reduce");
     for (int q = 0; q < n; ++q) {
       if (q == me) continue;
@@ -178,7 +178,7 @@ void HostCollectives::reduce_scatter(Buffer input, Buffer output, ReduceOp op, D
     for (int q = 0; q < n; ++q) {
       if (q != me) copy(mine + q * layout_.chunk, in + (q * count + begin) * e, length * e);
     }
-    sync_.publish(s);
+    sync_.publish(s, deadline, "reduce_scatter");
     sync_.wait_all(s, deadline, "reduce_scatter");
     for (int p = 0; p < n; ++p) srcs_[p] = p == me ? in + (me * count + begin) * e : slot(p, s) + me * layout_.chunk;
     shm::reduce(out + begin * e, nullptr, srcs_.data(), n, length, input.dtype, op);
@@ -196,11 +196,11 @@ void HostCollectives::broadcast(Buffer data, int root, Deadline deadline) {
     if (me == root) {
       sync_.ready_to_write(s, deadline, "broadcast");
       copy(slot(me, s), base + off, length);
-      sync_.publish(s);
+      sync_.publish(s, deadline, "broadcast");
     } else {
       sync_.wait_for(root, s, deadline, "broadcast");
       copy(base + off, slot(root, s), length);
-      sync_.publish(s);
+      sync_.publish(s, deadline, "broadcast");
     }
   }
 }
@@ -216,7 +216,7 @@ void HostCollectives::all_gather(Buffer input, Buffer output, Deadline deadline)
     const std::uint32_t s = sync_.next_step();
     sync_.ready_to_write(s, deadline, "all_gather");
     copy(slot(me, s), in + off, length);
-    sync_.publish(s);
+    sync_.publish(s, deadline, "all_gather");
     copy(out + me * bytes + off, in + off, length);  // nothing when gathering in place
     sync_.wait_all(s, deadline, "all_gather");
     for (int p = 0; p < n; ++p) {
@@ -228,7 +228,7 @@ void HostCollectives::all_gather(Buffer input, Buffer output, Deadline deadline)
 void HostCollectives::barrier(Deadline deadline) {
   sync_.begin_op(op_signature(OpKind::Barrier, DataType::UInt8, 0));
   const std::uint32_t s = sync_.next_step();
-  sync_.publish(s);
+  sync_.publish(s, deadline, "barrier");
   sync_.wait_all(s, deadline, "barrier");
 }
 

@@ -67,10 +67,11 @@ bool Sync::reached(int peer, std::uint32_t step) const {
   return at_least(layout_.control(base_, peer)->step.load(std::memory_order_acquire), step);
 }
 
-void Sync::publish(std::uint32_t step) {
+void Sync::publish(std::uint32_t step, Deadline deadline, std::string_view what) {
   Control& c = *layout_.control(base_, me_);
-  // Read by peers only after they see `step` (below): every peer has published step - 1 by now, so
-  // none still reads this parity's word of step - 2.
+  // Peers read this parity's word after they see `step` (below). Step - 2's word, when it holds a
+  // signature, is read by each peer before it publishes step - 1: wait for that.
+  if (c.op[step & 1].load(std::memory_order_relaxed) != 0) ready_to_write(step, deadline, what);
   c.op[step & 1].store(step == op_first_ ? op_signature_ : 0, std::memory_order_relaxed);
   // seq_cst on both sides (here and in block_on) so that either the sleeper sees the new value or
   // this sees the sleeper: no lost wake-up.

@@ -6,7 +6,8 @@
 // everything of steps before s". Hence:
 //   - before reading a peer's data of step s, wait until the peer has published s;
 //   - before writing into one's own buffer at step s, wait until every peer has published s - 1
-//     (they are done with step s - 2, the last user of the same buffer): ready_to_write(s).
+//     (they are done with step s - 2, the last user of the same buffer): ready_to_write(s). The
+//     same holds for the op-signature word of step s's parity when step s - 2 wrote one.
 //
 // Waits spin for Tuning::spin (cheap when the peer is a few microseconds away; with more ranks on
 // the host than CPUs, the spin yields the CPU on each turn, as the peer may be waiting for it), then sleep on
@@ -50,7 +51,11 @@ class Sync {
   }
   // The next step number (not yet published).
   std::uint32_t next_step() { return ++step_; }
-  void publish(std::uint32_t step);
+  // Publishes `step`. When its parity's signature word still holds an op's first step (step - 2),
+  // it first waits until every peer has published step - 1, that is, has checked that word: a rank
+  // whose steps need no buffer (a barrier, a broadcast's receivers) could otherwise overwrite it
+  // while a slower peer is yet to read it.
+  void publish(std::uint32_t step, Deadline deadline, std::string_view what);
   // Waits until `peer` has published `step`.
   void wait_for(int peer, std::uint32_t step, Deadline deadline, std::string_view what);
   // Waits until every peer has published `step`.

@@ -100,6 +100,28 @@ TEST(ShmFailures, RanksThatCallDifferentCollectivesAreToldWhichWithoutDdpDebug) 
       << "neither rank named the mismatch:\n" << results[0].output << results[1].output;
 }
 
+TEST(ShmFailures, ARankTwoOpsAheadOfASleepingPeerIsNoMismatch) {
+  // Rank 1 arrives last, finishes a one-step all_reduce, a broadcast it roots (neither waits for
+  // the others' later steps) and publishes a barrier while ranks 0 and 2 still sleep in the
+  // all_reduce: its barrier must not overwrite the all_reduce's signature before they read it.
+  // (It did, and they threw "called all_reduce where rank 1 called barrier".)
+  test::run_ranks(3, [](int rank, int) {
+    ::unsetenv("DDP_DEBUG");
+    init_process_group("gloo", {.timeout = 30s});
+    auto group = get_default_group();
+    ASSERT_EQ(test::shm_mappings().size(), 1u);
+    for (int round = 0; round < 100; ++round) {
+      std::vector<float> x(4, static_cast<float>(rank + 1)), y(4, static_cast<float>(rank));
+      if (rank == 1) std::this_thread::sleep_for(5ms);  // the others park on the futex
+      group->all_reduce(buffer_of(x.data(), 4))->wait();
+      group->broadcast(buffer_of(y.data(), 4), 1)->wait();
+      group->barrier()->wait();
+      ASSERT_EQ(x, std::vector<float>(4, 6.0f)) << "round " << round;
+      ASSERT_EQ(y, std::vector<float>(4, 1.0f)) << "round " << round;
+    }
+  });
+}
+
 TEST(ShmFailures, TwoSizesOfOneAllReduceAreAMismatchNamingBoth) {
   auto results = test::run_ranks(2, [](int rank, int) {
     ::unsetenv("DDP_DEBUG");
