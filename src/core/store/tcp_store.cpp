@@ -44,6 +44,10 @@ void check_key(const std::string& key, std::size_t limit) {
   }
 }
 
+void check_keys(const std::vector<std::string>& keys, std::size_t limit) {
+  for (const auto& key : keys) check_key(key, limit);
+}
+
 void check_value(const std::string& key, const std::string& value, std::size_t key_limit) {
   check_key(key, key_limit);
   if (value.size() > kMaxStoreValueBytes) {
@@ -93,7 +97,7 @@ std::string TCPStore::get(const std::string& key, std::chrono::milliseconds time
 std::vector<std::string> TCPStore::multi_get(const std::vector<std::string>& keys,
                                             std::chrono::milliseconds timeout) {
   if (keys.empty() || !connection_->has_multi_get()) return Store::multi_get(keys, timeout);
-  for (const auto& key : keys) check_key(key, connection_->max_key_bytes());
+  check_keys(keys, connection_->max_key_bytes());
   std::lock_guard lock(mutex_);
   return connection_->multi_get(keys, timeout);
 }
@@ -113,13 +117,13 @@ std::string TCPStore::compare_set(const std::string& key, const std::string& exp
 }
 
 bool TCPStore::check(const std::vector<std::string>& keys) {
-  for (const auto& key : keys) check_key(key, connection_->max_key_bytes());
+  check_keys(keys, connection_->max_key_bytes());
   std::lock_guard lock(mutex_);
   return connection_->check(keys, Clock::now() + timeout_);
 }
 
 void TCPStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
-  for (const auto& key : keys) check_key(key, connection_->max_key_bytes());
+  check_keys(keys, connection_->max_key_bytes());
   std::lock_guard lock(mutex_);
   connection_->wait(keys, timeout);
 }

@@ -55,12 +55,12 @@ class Reader {
     pos_ += size;
     return s;
   }
-  // Keys (each up to kMaxStoreKeyBytes), or values (`item_limit` kMaxStoreValueBytes).
+  // Keys (each up to kMaxStoreKeyBytes) or, with `item_limit` kMaxStoreValueBytes, values.
   std::vector<std::string> list(std::size_t item_limit = kMaxStoreKeyBytes, const char* what = "key") {
     std::uint32_t count = u32();
     std::vector<std::string> items;
     if (!ok_) return items;
-    // Each key takes at least 4 bytes, which bounds a lying count before we allocate for it.
+    // Each item takes at least 4 bytes, which bounds a lying count before we allocate for it.
     if (count > (body_.size() - pos_) / 4) {
       fail(cat(what, " count ", count, " does not fit in the frame"));
       return items;
