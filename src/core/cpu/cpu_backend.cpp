@@ -8,6 +8,7 @@
 
 #include "ddp/prefix_store.h"
 #include "ddp/store.h"
+#include "cpu/hierarchy.h"
 #include "gloo/gloo_backend.h"
 #include "shm/host_collectives.h"
 #include "shm/rendezvous.h"
@@ -23,68 +24,53 @@ using shm::HostCollectives;
 
 class CpuBackend final : public Backend {
  public:
+  // `hierarchy` (several hosts) refers to `host` and `across`.
   CpuBackend(int rank, int size, std::unique_ptr<Backend> gloo, std::unique_ptr<Backend> across,
-             std::unique_ptr<HostCollectives> host, bool single_host, bool striped, std::size_t stripe_bytes)
+             std::unique_ptr<HostCollectives> host, std::unique_ptr<Hierarchy> hierarchy)
       : rank_(rank),
         size_(size),
         gloo_(std::move(gloo)),
         across_(std::move(across)),
         host_(std::move(host)),
-        single_host_(single_host),
-        striped_(striped),
-        stripe_bytes_(stripe_bytes) {}
+        hierarchy_(std::move(hierarchy)) {}
 
   std::string_view name() const override { return "gloo"; }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   bool accepts(const Device& device) const override { return device.is_cpu(); }
 
-  // On one host every reduction is native; across hosts, what the leaders' gloo can do.
-  bool supports(DataType dtype, ReduceOp op) const override { return single_host_ || gloo_->supports(dtype, op); }
+  // On one host every reduction is native; across hosts, what gloo can do.
+  bool supports(DataType dtype, ReduceOp op) const override { return !hierarchy_ || gloo_->supports(dtype, op); }
 
   void all_reduce(Buffer data, ReduceOp op, Deadline deadline) override {
-    if (single_host_) return host_->all_reduce(data, op, deadline);
-    if (striped_ && data.bytes() >= stripe_bytes_) {
-      // Each rank carries its own share across the network, in parallel with the host's others.
-      const auto share = host_->share(data.count, data.dtype, host_->rank());
-      host_->reduce_share(data, op, deadline);
-      if (share.length > 0) {
-        Buffer mine = data;
-        mine.data = static_cast<char*>(data.data) + share.begin * element_size(data.dtype);
-        mine.count = share.length;
-        across_->all_reduce(mine, op, deadline);
-      }
-      host_->gather_shares(data, deadline);
-      return;
-    }
-    // Through the hosts' first ranks (when striped, lane 0 is theirs).
-    if (host_) host_->reduce(data, op, 0, deadline);
-    if (across_ && (!host_ || host_->rank() == 0)) across_->all_reduce(data, op, deadline);
-    if (host_) host_->broadcast(data, 0, deadline);
+    if (!hierarchy_) return host_->all_reduce(data, op, deadline);
+    hierarchy_->all_reduce(data, op, deadline);
   }
 
   void broadcast(Buffer data, int root, Deadline deadline) override {
-    if (single_host_) return host_->broadcast(data, root, deadline);
-    gloo_->broadcast(data, root, deadline);
+    if (!hierarchy_) return host_->broadcast(data, root, deadline);
+    hierarchy_->broadcast(data, root, deadline);
   }
 
   void reduce(Buffer data, ReduceOp op, int root, Deadline deadline) override {
-    if (single_host_) return host_->reduce(data, op, root, deadline);
+    if (!hierarchy_) return host_->reduce(data, op, root, deadline);
     gloo_->reduce(data, op, root, deadline);
   }
 
   void all_gather(Buffer input, Buffer output, Deadline deadline) override {
-    if (single_host_) return host_->all_gather(input, output, deadline);
+    if (!hierarchy_) return host_->all_gather(input, output, deadline);
+    if (hierarchy_->gathers()) return hierarchy_->all_gather(input, output, deadline);
     gloo_->all_gather(input, output, deadline);
   }
 
   void reduce_scatter(Buffer input, Buffer output, ReduceOp op, Deadline deadline) override {
-    if (single_host_) return host_->reduce_scatter(input, output, op, deadline);
+    if (!hierarchy_) return host_->reduce_scatter(input, output, op, deadline);
+    if (hierarchy_->gathers()) return hierarchy_->reduce_scatter(input, output, op, deadline);
     gloo_->reduce_scatter(input, output, op, deadline);
   }
 
   void barrier(Deadline deadline) override {
-    if (single_host_) return host_->barrier(deadline);
+    if (!hierarchy_) return host_->barrier(deadline);
     gloo_->barrier(deadline);
   }
 
@@ -112,9 +98,7 @@ class CpuBackend final : public Backend {
   // per host, on host leaders only.
   std::unique_ptr<Backend> across_;
   std::unique_ptr<HostCollectives> host_;  // this host's ranks (when more than one)
-  bool single_host_;
-  bool striped_;
-  std::size_t stripe_bytes_;
+  std::unique_ptr<Hierarchy> hierarchy_;   // several hosts
 };
 
 }  // namespace
@@ -163,21 +147,25 @@ std::unique_ptr<Backend> make_cpu_backend(const BackendContext& ctx) {
                               static_cast<int>(plan.hosts.size()), ctx.timeout, ctx.master_addr};
     across = make_gloo_backend(across_ctx, placement);
   }
-  // Every rank must take the same path for the same buffer: rank 0's threshold holds for the group.
-  std::size_t stripe_bytes = tuning.stripe_bytes;
-  if (striped) {
-    if (ctx.rank == 0) {
-      ctx.store->set("stripe_bytes", std::to_string(stripe_bytes));
-    } else {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-      stripe_bytes = std::stoull(ctx.store->get("stripe_bytes", std::max(left, std::chrono::milliseconds(1))));
-    }
+  if (plan.single_host()) {
+    log(LogLevel::Debug, "rank ", ctx.rank, ": shared memory with ", plan.my_host().size(), " ranks on this host");
+    return std::make_unique<CpuBackend>(ctx.rank, ctx.size, std::move(gloo), nullptr, std::move(host), nullptr);
+  }
+  // Every rank must take the same path and chunks for the same buffer: rank 0's thresholds hold.
+  Hierarchy::Thresholds thresholds{tuning.stripe_bytes, tuning.stripe_chunk_bytes};
+  if (ctx.rank == 0) {
+    ctx.store->set("hierarchy_thresholds", encode_thresholds(thresholds));
+  } else {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    thresholds = decode_thresholds(ctx.store->get("hierarchy_thresholds", std::max(left, std::chrono::milliseconds(1))));
   }
   if (plan.my_host().size() < 2) host.reset();
   log(LogLevel::Debug, "rank ", ctx.rank, ": shared memory with ", plan.my_host().size(), " ranks on this host, ",
-      plan.hosts.size(), " host(s)", striped ? ", all_reduce striped over every rank's lane" : "");
+      plan.hosts.size(), " hosts", striped ? ", striped over every rank's lane" : ", through the hosts' first ranks");
+  auto hierarchy = std::make_unique<Hierarchy>(Hierarchy::Shape{plan.hosts, plan.host, plan.local, striped}, host.get(),
+                                               across.get(), thresholds);
   return std::make_unique<CpuBackend>(ctx.rank, ctx.size, std::move(gloo), std::move(across), std::move(host),
-                                      plan.single_host(), striped, stripe_bytes);
+                                      std::move(hierarchy));
 }
 
 }  // namespace ddp::detail

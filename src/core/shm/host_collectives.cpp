@@ -141,19 +141,19 @@ void HostCollectives::reduce_share(Buffer data, ReduceOp op, Deadline deadline) 
   }
 }
 
-void HostCollectives::gather_shares(Buffer data, Deadline deadline) {
+void HostCollectives::gather_shares(Buffer data, Deadline deadline, const char* what) {
   const int n = size(), me = rank();
   const std::size_t e = element_size(data.dtype), rounds = this->rounds(data.count, data.dtype);
   char* base = static_cast<char*>(data.data);
   sync_.begin_op(op_signature(OpKind::GatherShares, data.dtype, data.count));
   for (std::size_t j = 0; j < rounds; ++j) {
     const std::uint32_t s = sync_.next_step();
-    sync_.ready_to_write(s, deadline, "all_reduce");
+    sync_.ready_to_write(s, deadline, what);
     std::size_t length;
     const std::size_t begin = piece(data.count, data.dtype, me, j, length);
     copy(slot(me, s), base + begin * e, length * e);
-    sync_.publish(s, deadline, "all_reduce");
-    sync_.wait_all(s, deadline, "all_reduce");
+    sync_.publish(s, deadline, what);
+    sync_.wait_all(s, deadline, what);
     for (int q = 0; q < n; ++q) {
       if (q == me) continue;
       const std::size_t at = piece(data.count, data.dtype, q, j, length);

@@ -12,8 +12,8 @@
 //   broadcast           the root copies a slot-sized piece in per step, the others copy it out.
 //   all_gather          every rank copies a piece of its input in per step, and everyone's out.
 //   barrier             one step without data.
-//   reduce_share,       the two halves of all_reduce's large path, for an all_reduce across hosts
-//   gather_shares       (cpu_backend.cpp): step A alone leaves each rank its own share reduced over
+//   reduce_share,       the two halves of all_reduce's large path, for the collectives across hosts
+//   gather_shares       (cpu/hierarchy.h): step A alone leaves each rank its own share reduced over
 //                       the host, in place; gather_shares then copies every rank's share to all.
 //
 // Buffers alternate per step, so a rank runs up to one step ahead of the slowest one.
@@ -60,8 +60,8 @@ class HostCollectives {
   // Leaves this rank's share of `data` reduced over the host's ranks; the rest of `data` is
   // unspecified until gather_shares.
   void reduce_share(Buffer data, ReduceOp op, Deadline deadline);
-  // Copies every rank's share of `data` into everyone's `data`.
-  void gather_shares(Buffer data, Deadline deadline);
+  // Copies every rank's share of `data` into everyone's `data`. `what` names the op in errors.
+  void gather_shares(Buffer data, Deadline deadline, const char* what = "all_reduce");
 
   // Wakes and fails every peer's current and later waits (see Sync::abort).
   void abort() noexcept { sync_.abort(); }

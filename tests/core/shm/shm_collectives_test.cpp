@@ -4,7 +4,10 @@
 // on plain gloo (DDP_SHM=0) keeps that path tested now that shared memory is the default.
 #include <gtest/gtest.h>
 
+#include <map>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "../group/collective_suite.h"
 #include "ddp/distributed.h"
@@ -101,45 +104,65 @@ TEST(ShmSetup, RanksWithDifferentTuningFollowTheirHostsFirstRank) {
   }});
 }
 
-// Simulated hosts: DDP_SHM_HOST_ID puts ranks on different "hosts", so all_reduce goes through a
-// shared-memory reduce on each host, gloo among the hosts' first ranks, and a broadcast back.
-TEST(ShmHierarchy, AllReduceAcrossHostsMatchesTheReference) {
-  struct Case {
-    int world;
-    std::vector<std::string> hosts;  // per rank
-  };
-  const Case cases[] = {
-      {5, {"a", "a", "a", "b", "b"}},  // contiguous hosts of unequal sizes: through host leaders
-      {4, {"a", "b", "a", "b"}},       // interleaved, equal hosts: striped, lanes {0, 1} and {2, 3}
-      {3, {"a", "a", "b"}},            // a host with a single rank
-      {6, {"a", "a", "a", "b", "b", "b"}},  // striped over three lanes (shares of odd sizes)
-  };
-  for (const auto& c : cases) {
-    test::run_ranks(c.world, [](int, int) {
-      init_process_group("gloo", {.timeout = 60s});
-      expect_segments(std::atoi(std::getenv("RANKS_ON_MY_HOST")) > 1 ? 1 : 0);
-      test::run_collective_suite(*get_default_group(), {.sizes = {0, 1, 13, 9000}, .large_bytes = 4 << 20});
-      test::run_async_burst(*get_default_group(), 200);
-      destroy_process_group();
-    }, {.deadline = 170s, .rank_env = [&](int rank) {
-      int same = 0;
-      for (const auto& h : c.hosts) same += h == c.hosts[static_cast<std::size_t>(rank)];
-      return std::map<std::string, std::string>{{"DDP_SHM_HOST_ID", c.hosts[static_cast<std::size_t>(rank)]},
-                                                {"RANKS_ON_MY_HOST", std::to_string(same)}};
-    }});
-  }
+// Simulated hosts: DDP_SHM_HOST_ID puts ranks on different "hosts", so the collectives take the
+// hierarchical paths (cpu/hierarchy.h): shared memory within each host, gloo between them.
+struct HostsCase {
+  const char* name;
+  std::vector<std::string> hosts;  // per rank
+  std::map<std::string, std::string> env = {};
+};
+
+void PrintTo(const HostsCase& c, std::ostream* os) { *os << c.name; }
+
+class ShmHierarchy : public ::testing::TestWithParam<HostsCase> {};
+
+TEST_P(ShmHierarchy, EveryOpAndTypeAcrossHostsMatchesTheReference) {
+  const HostsCase& c = GetParam();
+  test::run_ranks(static_cast<int>(c.hosts.size()), [](int, int) {
+    init_process_group("gloo", {.timeout = 60s});
+    expect_segments(std::atoi(std::getenv("RANKS_ON_MY_HOST")) > 1 ? 1 : 0);
+    test::run_collective_suite(*get_default_group(), {.sizes = {0, 1, 13, 9000}, .large_bytes = 4 << 20});
+    test::run_async_burst(*get_default_group(), 200);
+    destroy_process_group();
+  }, {.deadline = 170s, .rank_env = [&](int rank) {
+    int same = 0;
+    for (const auto& h : c.hosts) same += h == c.hosts[static_cast<std::size_t>(rank)];
+    auto env = c.env;
+    env["DDP_SHM_HOST_ID"] = c.hosts[static_cast<std::size_t>(rank)];
+    env["RANKS_ON_MY_HOST"] = std::to_string(same);
+    return env;
+  }});
 }
 
-TEST(ShmHierarchy, RankZerosStripeThresholdHoldsForEveryRank) {
-  // Ranks 1 and 2 would stripe everything, the others only from 1 MiB: rank 0's value must hold,
-  // or a 64 KiB all_reduce would take two paths and hang until the timeout.
+// Every op and type through the pipeline: striped from 0 bytes up, chunks of 4 KB (odd counts
+// straddle them, many chunks in flight), on both shapes.
+const std::map<std::string, std::string> kTinyChunks = {{"DDP_SHM_STRIPE_BYTES", "0"},
+                                                        {"DDP_SHM_STRIPE_CHUNK_BYTES", "4096"}};
+
+INSTANTIATE_TEST_SUITE_P(Placements, ShmHierarchy, ::testing::Values(
+    HostsCase{"hosts2x2interleaved", {"a", "b", "a", "b"}},     // striped, lanes {0, 2} and {1, 3}
+    HostsCase{"hosts2x3", {"a", "a", "a", "b", "b", "b"}},      // three lanes, shares of odd sizes
+    HostsCase{"hosts3x2", {"a", "a", "b", "b", "c", "c"}},      // rings of three hosts per lane
+    HostsCase{"hosts3and2", {"a", "a", "a", "b", "b"}},         // unequal: through the hosts' first ranks
+    HostsCase{"hosts2and1", {"a", "a", "b"}},                   // a host with a single rank
+    HostsCase{"hosts2x2tinyChunks", {"a", "a", "b", "b"}, kTinyChunks},
+    HostsCase{"hosts2and3tinyChunks", {"a", "b", "a", "b", "b"}, kTinyChunks}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST(ShmHierarchy, RankZerosThresholdsHoldForEveryRank) {
+  // Ranks 1 and 2 would stripe everything in 4 KiB chunks, the others only from 1 MiB in 2 MiB
+  // chunks: rank 0's values must hold, or a 64 KiB all_reduce would take two paths (or a 2 MiB
+  // one two chunkings) and hang until the timeout.
   test::run_ranks(4, [](int, int) {
     init_process_group("gloo", {.timeout = 20s});
     test::run_collective_suite(*get_default_group(), {.sizes = {1, 9000, 16384}, .large_bytes = 2 << 20});
     destroy_process_group();
   }, {.deadline = 120s, .rank_env = [](int rank) {
     std::map<std::string, std::string> env{{"DDP_SHM_HOST_ID", rank % 2 ? "b" : "a"}};
-    if (rank == 1 || rank == 2) env["DDP_SHM_STRIPE_BYTES"] = "0";
+    if (rank == 1 || rank == 2) {
+      env["DDP_SHM_STRIPE_BYTES"] = "0";
+      env["DDP_SHM_STRIPE_CHUNK_BYTES"] = "4096";
+    }
     return env;
   }});
 }

@@ -7,6 +7,8 @@
 
 #include <cstdio>
 #include <fstream>
+#include <map>
+#include <string>
 #include <thread>
 
 #include "ddp/distributed.h"
@@ -59,6 +61,43 @@ TEST(ShmFailures, APeerKilledMidAllReduceIsAnErrorNamingItNotAHang) {
   if (test::is_rank_process()) return;
   ::unlink(done_file.c_str());
   EXPECT_EQ(test::dev_shm_entries(), before) << "something was left in /dev/shm";
+}
+
+TEST(ShmFailures, APeerKilledMidAllReduceAcrossHostsIsAnErrorNamingItOnEveryHost) {
+  // Two simulated hosts of two ranks: the all_reduce is striped and pipelined (cpu/hierarchy.h).
+  // Rank 3 dies inside it. Rank 2 (its host) finds it in shared memory, rank 1 (its lane) finds
+  // its connection closed, rank 0 hears of it through the group's records: all three name it.
+  const std::string done_file = temp_path("hosts-killed-done");
+  test::run_ranks(4, [&](int rank, int) {
+    init_process_group("gloo", {.timeout = 60s});
+    auto group = get_default_group();
+    std::vector<float> big(16 << 20, 1.0f);  // 64 MB: 32 chunks of the pipeline
+    group->all_reduce(buffer_of(big.data(), 16))->wait();
+    if (rank == 3) {
+      auto work = group->all_reduce(buffer_of(big.data(), big.size()));
+      std::this_thread::sleep_for(50ms);
+      ::raise(SIGKILL);
+    }
+    const auto start = Clock::now();
+    const auto message = expect_error<Error>([&] { group->all_reduce(buffer_of(big.data(), big.size()))->wait(); },
+                                             {"all_reduce #1", "Lost rank 3 (pid "});
+    EXPECT_LT(Clock::now() - start, 30s) << "the timeout is 60 s: the death should be noticed long before";
+    if (rank == 2) EXPECT_NE(message.find("shared-memory all_reduce"), std::string::npos) << message;
+    expect_error<Error>([&] { group->barrier()->wait(); }, {"rank 3"});
+    // Rank 0 hosts the store: it stays until the others have read its records.
+    if (rank != 0) {
+      std::ofstream(std::string(std::getenv("DONE_FILE")) + std::to_string(rank)) << "done";
+    } else {
+      for (int r = 1; r < 3; ++r) {
+        const std::string done = std::string(std::getenv("DONE_FILE")) + std::to_string(r);
+        for (int i = 0; i < 600 && ::access(done.c_str(), F_OK) != 0; ++i) std::this_thread::sleep_for(50ms);
+      }
+    }
+  }, {.env = {{"DONE_FILE", done_file}}, .killed = {3}, .rank_env = [](int rank) {
+    return std::map<std::string, std::string>{{"DDP_SHM_HOST_ID", rank < 2 ? "a" : "b"}};
+  }});
+  if (test::is_rank_process()) return;
+  for (int r = 1; r < 3; ++r) ::unlink((done_file + std::to_string(r)).c_str());
 }
 
 TEST(ShmFailures, RanksThatCallDifferentCollectivesAreToldWhichWithoutDdpDebug) {
