@@ -1,6 +1,8 @@
 // float32 all_reduce timing on one rank of a ddp job (run one process per rank; see
 // run_allreduce.py). Prints one line per size: "<bytes> <median microseconds per op>".
-//   allreduce_bench [--min-bytes N] [--max-bytes N] [--backend gloo] [--repeats R]
+//   allreduce_bench [--min-bytes N] [--max-bytes N] [--backend gloo] [--repeats R] [--op OP]
+// --op times another collective of the same bytes instead: broadcast (from rank 0), all_gather
+// (the bytes are the output, world size inputs) or reduce_scatter (the bytes are the input).
 // With --memcpy, one process times a single-core memcpy of each size instead (the yardstick for
 // the shared-memory path's bandwidth), in the same format.
 #include <algorithm>
@@ -8,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -47,6 +50,7 @@ int main(int argc, char** argv) {
   int repeats = 5;
   std::string backend = "gloo";
   bool memcpy_only = false;
+  std::string op = "all_reduce";
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
     if (flag == "--memcpy") {
@@ -58,6 +62,7 @@ int main(int argc, char** argv) {
     else if (flag == "--max-bytes") max_bytes = std::strtoull(argv[++i], nullptr, 10);
     else if (flag == "--repeats") repeats = std::atoi(argv[++i]);
     else if (flag == "--backend") backend = argv[++i];
+    else if (flag == "--op") op = argv[++i];
   }
   if (memcpy_only) {
     time_memcpy(min_bytes, max_bytes, repeats);
@@ -65,10 +70,26 @@ int main(int argc, char** argv) {
   }
   ddp::init_process_group(backend, {.timeout = std::chrono::minutes(5)});
   auto group = ddp::get_default_group();
-  std::vector<float> data(max_bytes / sizeof(float), 1.0f);
-  // Blocking all_reduces, as torch.distributed.all_reduce(t) (async_op=False) is timed beside them.
+  if (op != "all_reduce" && op != "broadcast" && op != "all_gather" && op != "reduce_scatter") {
+    std::fprintf(stderr, "allreduce_bench: --op %s is not all_reduce, broadcast, all_gather or reduce_scatter\n", op.c_str());
+    return 2;
+  }
+  std::vector<float> data(max_bytes / sizeof(float), 1.0f), other(max_bytes / sizeof(float), 1.0f);
+  const auto world = static_cast<std::size_t>(group->size());
+  // Blocking ops, as torch.distributed's (async_op=False) are timed beside them.
   auto all_reduce = [&](std::size_t count) {
-    group->all_reduce(ddp::buffer_of(data.data(), count), ddp::ReduceOp::SUM, ddp::Launch::OnWait)->wait();
+    std::shared_ptr<ddp::Work> work;
+    const std::size_t part = count / world;
+    if (op == "all_reduce") work = group->all_reduce(ddp::buffer_of(data.data(), count), ddp::ReduceOp::SUM, ddp::Launch::OnWait);
+    if (op == "broadcast") work = group->broadcast(ddp::buffer_of(data.data(), count), 0, ddp::Launch::OnWait);
+    if (op == "all_gather") {
+      work = group->all_gather(ddp::buffer_of(other.data(), part), ddp::buffer_of(data.data(), part * world), ddp::Launch::OnWait);
+    }
+    if (op == "reduce_scatter") {
+      work = group->reduce_scatter(ddp::buffer_of(data.data(), part * world), ddp::buffer_of(other.data(), part),
+                                   ddp::ReduceOp::SUM, ddp::Launch::OnWait);
+    }
+    work->wait();
   };
   for (std::size_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
     const std::size_t count = bytes / sizeof(float);

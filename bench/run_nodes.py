@@ -9,12 +9,13 @@ example's CNN). Prints markdown tables for docs/BENCHMARKS.md. Needs root and th
 
     /usr/bin/python3 bench/run_nodes.py --build build [--nodes 2] [--ranks-per-node 2]
         [--rate 1gbit] [--delay 0.1ms | 0] [--rounds 3] [--max-bytes 67108864 | 0] [--models mlp cnn]
-        [--powersgd-rank R] [--baseline OTHER_BUILD]
+        [--powersgd-rank R] [--baseline OTHER_BUILD] [--ops all_reduce broadcast all_gather reduce_scatter]
 
 The link's bound: whatever the algorithm, after reducing within a node each node must send (and
 receive) 2(N-1)/N of the data over its own link (reduce-scatter then all-gather among N nodes),
 so no all_reduce of S bytes can take less than 2(N-1)/N * S / rate. "of bound" is that time over
-the measured one. The namespaces are deleted at the end, also on an error or Ctrl-C (and any left
+the measured one; --ops times broadcast, all_gather and reduce_scatter too, each against its own
+bound (LINK_SHARE below). The namespaces are deleted at the end, also on an error or Ctrl-C (and any left
 by an earlier run that was killed are deleted first).
 """
 import argparse
@@ -26,7 +27,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run_allreduce import busbw, human, run_ranks, run_ranks_output  # noqa: E402
+from run_allreduce import human, run_ranks, run_ranks_output  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PREFIX = "ddpbench"  # every namespace this script makes starts with it
@@ -107,10 +108,23 @@ def remove_stale():
             subprocess.run(["ip", "netns", "del", name], capture_output=True)
 
 
-def all_reduce_table(args, nodes, world, link_bps):
-    sizes = ["--min-bytes", str(4 << 10), "--max-bytes", str(args.max_bytes), "--repeats", str(args.repeats)]
-    configs = [("ddp", [os.path.join(args.build, "bench", "allreduce_bench")] + sizes),
-               ("PyTorch gloo", ["/usr/bin/python3", os.path.join(HERE, "torch_allreduce.py")] + sizes)]
+# What each node must send or receive over its own link, as a fraction of the op's bytes S, for N
+# nodes (whatever the algorithm, after working within the node): an all_reduce 2(N-1)/N (reduce-
+# scatter then all-gather), a broadcast all of it (the root's node sends S), an all_gather (S is
+# the output) or a reduce_scatter (S is the input) (N-1)/N. And nccl-tests' bus bandwidth factor.
+LINK_SHARE = {"all_reduce": lambda n: 2 * (n - 1) / n, "broadcast": lambda n: 1.0,
+              "all_gather": lambda n: (n - 1) / n, "reduce_scatter": lambda n: (n - 1) / n}
+BUS_FACTOR = {"all_reduce": lambda w: 2 * (w - 1) / w, "broadcast": lambda w: 1.0,
+              "all_gather": lambda w: (w - 1) / w, "reduce_scatter": lambda w: (w - 1) / w}
+
+
+def collective_table(args, nodes, world, link_bps, op):
+    sizes = ["--min-bytes", str(4 << 10), "--max-bytes", str(args.max_bytes), "--repeats", str(args.repeats),
+             "--op", op]
+    configs = [("ddp", [os.path.join(args.build, "bench", "allreduce_bench")] + sizes)]
+    torch = op != "reduce_scatter"  # PyTorch 1.13's gloo has none
+    if torch:
+        configs.append(("PyTorch gloo", ["/usr/bin/python3", os.path.join(HERE, "torch_allreduce.py")] + sizes))
     if args.baseline:
         configs.append(("baseline", [os.path.join(args.baseline, "bench", "allreduce_bench")] + sizes))
     runs = {name: [] for name, _ in configs}
@@ -119,18 +133,25 @@ def all_reduce_table(args, nodes, world, link_bps):
             runs[name].append(run_ranks(cmd, world, {}, 3600, nodes))
     med = {name: {s: statistics.median(r[s] for r in rs) for s in rs[0]} for name, rs in runs.items()}
     n = nodes.count
-    print("\n### all_reduce float32 across %d nodes x %d ranks, links %s, delay %s (median of %d)\n"
-          % (n, nodes.ranks_per_node, args.rate, args.delay or "none added", args.rounds))
-    print("| size | link bound (us) | ddp time (us) | ddp busbw (GB/s) | ddp of bound | PyTorch time (us) "
-          "| PyTorch busbw (GB/s) | PyTorch of bound | ddp / PyTorch time |"
-          + (" baseline time (us) | baseline of bound | ddp / baseline time |" if args.baseline else ""))
-    print("|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if args.baseline else ""))
+    bw = lambda size, us: size * BUS_FACTOR[op](world) / us / 1e3  # noqa: E731 (GB/s)
+    print("\n### %s float32 across %d nodes x %d ranks, links %s, delay %s (median of %d)\n"
+          % (op, n, nodes.ranks_per_node, args.rate, args.delay or "none added", args.rounds))
+    if not torch:
+        print("PyTorch 1.13's gloo has no reduce_scatter (\"ProcessGroupGloo does not support reduce_scatter\").\n")
+    header = "| size | link bound (us) | ddp time (us) | ddp busbw (GB/s) | ddp of bound |"
+    if torch:
+        header += " PyTorch time (us) | PyTorch busbw (GB/s) | PyTorch of bound | ddp / PyTorch time |"
+    if args.baseline:
+        header += " baseline time (us) | baseline of bound | ddp / baseline time |"
+    print(header)
+    print("|---" * (header.count("|") - 1) + "|")
     for size in sorted(med["ddp"]):
-        bound = 2 * (n - 1) / n * size * 8 / link_bps * 1e6
-        d, t = med["ddp"][size], med["PyTorch gloo"][size]
-        row = "| %s | %.0f | %.1f | %.3f | %.0f%% | %.1f | %.3f | %.0f%% | %.2f |" % (
-            human(size), bound, d, busbw(size, d, world), 100 * bound / d, t, busbw(size, t, world),
-            100 * bound / t, d / t)
+        bound = LINK_SHARE[op](n) * size * 8 / link_bps * 1e6
+        d = med["ddp"][size]
+        row = "| %s | %.0f | %.1f | %.3f | %.0f%% |" % (human(size), bound, d, bw(size, d), 100 * bound / d)
+        if torch:
+            t = med["PyTorch gloo"][size]
+            row += " %.1f | %.3f | %.0f%% | %.2f |" % (t, bw(size, t), 100 * bound / t, d / t)
         if args.baseline:
             b = med["baseline"][size]
             row += " %.1f | %.0f%% | %.2f |" % (b, 100 * bound / b, d / b)
@@ -178,7 +199,9 @@ def main():
     parser.add_argument("--delay", default="0", help="each link's one-way delay, tc's syntax (0.1ms); needs netem")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=3, help="timed batches per size within one run")
-    parser.add_argument("--max-bytes", type=int, default=64 << 20, help="0: no all_reduce table")
+    parser.add_argument("--max-bytes", type=int, default=64 << 20, help="0: no collective tables")
+    parser.add_argument("--ops", nargs="+", default=["all_reduce"], choices=sorted(LINK_SHARE),
+                        help="the collectives timed (a table each)")
     parser.add_argument("--models", nargs="*", default=["mlp", "cnn"], help="DDP step models (none: skip)")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--powersgd-rank", type=int, default=0,
@@ -197,7 +220,8 @@ def main():
         nodes = Nodes(args.nodes, args.ranks_per_node, args.rate, args.delay)
         world = args.nodes * args.ranks_per_node
         if args.max_bytes > 0:
-            all_reduce_table(args, nodes, world, link_bps)
+            for op in args.ops:
+                collective_table(args, nodes, world, link_bps, op)
         if args.models:
             step_table(args, nodes, world)
     finally:  # also when making the namespaces failed half-way

@@ -26,7 +26,7 @@ struct Tuning {
   // DDP_SHM_STRIPE_CHUNK_BYTES: across hosts, all_reduce and broadcast are cut in chunks of this
   // size and pipelined, so that the network carries one chunk while shared memory reduces the
   // next and gathers the last (0: one chunk, unpipelined; docs/SHM.md).
-  std::size_t stripe_chunk_bytes = 2u << 20;
+  std::size_t stripe_chunk_bytes = 8u << 20;
   // DDP_SHM_SPIN_US: how long a wait spins before it sleeps on a futex (0: sleep at once).
   std::chrono::microseconds spin{50};
   // DDP_SHM_HOST_ID: replaces the detected host identity (hostname, boot id, pid namespace). Ranks
