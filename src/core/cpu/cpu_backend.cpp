@@ -162,8 +162,7 @@ std::unique_ptr<Backend> make_cpu_backend(const BackendContext& ctx) {
   if (plan.my_host().size() < 2) host.reset();
   log(LogLevel::Debug, "rank ", ctx.rank, ": shared memory with ", plan.my_host().size(), " ranks on this host, ",
       plan.hosts.size(), " hosts", striped ? ", striped over every rank's lane" : ", through the hosts' first ranks");
-  auto hierarchy = std::make_unique<Hierarchy>(Hierarchy::Shape{plan.hosts, plan.host, plan.local, striped}, host.get(),
-                                               across.get(), thresholds);
+  auto hierarchy = std::make_unique<Hierarchy>(plan, host.get(), across.get(), thresholds);
   return std::make_unique<CpuBackend>(ctx.rank, ctx.size, std::move(gloo), std::move(across), std::move(host),
                                       std::move(hierarchy));
 }

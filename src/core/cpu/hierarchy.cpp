@@ -6,38 +6,25 @@
 #include "cpu/pipeline.h"
 #include "ddp/error.h"
 #include "reduce/reduce.h"
+#include "util/buffers.h"
 #include "util/strings.h"
 
 namespace ddp::detail {
-namespace {
 
-// Elements [begin, begin + length) of `data`.
-Buffer part(const Buffer& data, std::size_t begin, std::size_t length) {
-  Buffer b = data;
-  b.data = static_cast<char*>(data.data) + begin * element_size(data.dtype);
-  b.count = length;
-  return b;
-}
-
-Buffer over(std::vector<char>& bytes, const Buffer& like, std::size_t count) {
-  Buffer b = like;
-  b.data = bytes.data();
-  b.count = count;
-  return b;
-}
-
-}  // namespace
-
-Hierarchy::Hierarchy(Shape shape, shm::HostCollectives* host, Backend* across, Thresholds thresholds)
-    : shape_(std::move(shape)), host_(host), across_(across), thresholds_(thresholds) {
+Hierarchy::Hierarchy(shm::Plan plan, shm::HostCollectives* host, Backend* across, Thresholds thresholds)
+    : plan_(std::move(plan)),
+      striped_(shm::equal_hosts(plan_) && plan_.my_host().size() > 1),
+      host_(host),
+      across_(across),
+      thresholds_(thresholds) {
   std::size_t ranks = 0;
-  for (const auto& h : shape_.hosts) ranks += h.size();
+  for (const auto& h : plan_.hosts) ranks += h.size();
   host_of_.resize(ranks);
   local_of_.resize(ranks);
-  for (std::size_t h = 0; h < shape_.hosts.size(); ++h) {
-    for (std::size_t l = 0; l < shape_.hosts[h].size(); ++l) {
-      host_of_[static_cast<std::size_t>(shape_.hosts[h][l])] = static_cast<int>(h);
-      local_of_[static_cast<std::size_t>(shape_.hosts[h][l])] = static_cast<int>(l);
+  for (std::size_t h = 0; h < plan_.hosts.size(); ++h) {
+    for (std::size_t l = 0; l < plan_.hosts[h].size(); ++l) {
+      host_of_[static_cast<std::size_t>(plan_.hosts[h][l])] = static_cast<int>(h);
+      local_of_[static_cast<std::size_t>(plan_.hosts[h][l])] = static_cast<int>(l);
     }
   }
 }
@@ -58,13 +45,13 @@ void Hierarchy::all_reduce(Buffer data, ReduceOp op, Deadline deadline) {
     // Each rank carries its own share across the network, in parallel with the host's others.
     return pipelined(data, [&](const Buffer& c) { host_->reduce_share(c, op, deadline); },
                      [&](const Buffer& c) {
-                       const auto s = host_->share(c.count, c.dtype, shape_.local);
+                       const auto s = host_->share(c.count, c.dtype, plan_.local);
                        if (s.length > 0) across_->all_reduce(part(c, s.begin, s.length), op, deadline);
                      },
                      [&](const Buffer& c) { host_->gather_shares(c, deadline); });
   }
   // Through the hosts' first ranks (when striped, lane 0 is theirs).
-  const bool leader = shape_.local == 0;
+  const bool leader = plan_.local == 0;
   pipelined(data, [&](const Buffer& c) { if (host_) host_->reduce(c, op, 0, deadline); },
             [&](const Buffer& c) { if (leader) across_->all_reduce(c, op, deadline); },
             [&](const Buffer& c) { if (host_) host_->broadcast(c, 0, deadline); });
@@ -72,14 +59,14 @@ void Hierarchy::all_reduce(Buffer data, ReduceOp op, Deadline deadline) {
 
 void Hierarchy::broadcast(Buffer data, int root, Deadline deadline) {
   const int root_host = host_of_[static_cast<std::size_t>(root)];
-  const bool at_root = shape_.host == root_host, striped = stripes(data), leader = shape_.local == 0;
+  const bool at_root = plan_.host == root_host, striped = stripes(data), leader = plan_.local == 0;
   pipelined(data,
             [&](const Buffer& c) {
               if (at_root && host_) host_->broadcast(c, local_of_[static_cast<std::size_t>(root)], deadline);
             },
             [&](const Buffer& c) {
               if (striped) {
-                const auto s = host_->share(c.count, c.dtype, shape_.local);
+                const auto s = host_->share(c.count, c.dtype, plan_.local);
                 if (s.length > 0) across_->broadcast(part(c, s.begin, s.length), root_host, deadline);
               } else if (leader) {
                 across_->broadcast(c, root_host, deadline);
@@ -96,7 +83,7 @@ void Hierarchy::broadcast(Buffer data, int root, Deadline deadline) {
 }
 
 void Hierarchy::all_gather(Buffer input, Buffer output, Deadline deadline) {
-  const std::size_t hosts = shape_.hosts.size(), locals = shape_.hosts[0].size(), c = input.count;
+  const std::size_t hosts = plan_.hosts.size(), locals = plan_.hosts[0].size(), c = input.count;
   const std::size_t block = input.bytes();
   // The lane's inputs in host order, then every lane's: block (l, h) is rank hosts[h][l]'s input.
   std::vector<char> lane(hosts * block), all(locals * hosts * block);
@@ -105,20 +92,20 @@ void Hierarchy::all_gather(Buffer input, Buffer output, Deadline deadline) {
   char* out = static_cast<char*>(output.data);
   for (std::size_t l = 0; l < locals; ++l) {
     for (std::size_t h = 0; h < hosts; ++h) {
-      std::memcpy(out + static_cast<std::size_t>(shape_.hosts[h][l]) * block, all.data() + (l * hosts + h) * block, block);
+      std::memcpy(out + static_cast<std::size_t>(plan_.hosts[h][l]) * block, all.data() + (l * hosts + h) * block, block);
     }
   }
 }
 
 void Hierarchy::reduce_scatter(Buffer input, Buffer output, ReduceOp op, Deadline deadline) {
-  const std::size_t hosts = shape_.hosts.size(), locals = shape_.hosts[0].size(), c = output.count;
+  const std::size_t hosts = plan_.hosts.size(), locals = plan_.hosts[0].size(), c = output.count;
   const std::size_t block = output.bytes();
   // Blocks reordered lane by lane, so that the host's reduce-scatter leaves rank l its lane's.
   std::vector<char> by_lane(locals * hosts * block), lane(hosts * block);
   const char* in = static_cast<const char*>(input.data);
   for (std::size_t l = 0; l < locals; ++l) {
     for (std::size_t h = 0; h < hosts; ++h) {
-      std::memcpy(by_lane.data() + (l * hosts + h) * block, in + static_cast<std::size_t>(shape_.hosts[h][l]) * block, block);
+      std::memcpy(by_lane.data() + (l * hosts + h) * block, in + static_cast<std::size_t>(plan_.hosts[h][l]) * block, block);
     }
   }
   host_->reduce_scatter(over(by_lane, output, locals * hosts * c), over(lane, output, hosts * c), op, deadline);
@@ -141,7 +128,7 @@ Hierarchy::Thresholds decode_thresholds(const std::string& text) {
 void ring_reduce_scatter(Backend& group, Buffer input, Buffer output, ReduceOp op, Backend::Deadline deadline) {
   const int n = group.size(), r = group.rank();
   const std::size_t block = output.bytes();
-  std::vector<char> acc(static_cast<const char*>(input.data), static_cast<const char*>(input.data) + n * block);
+  std::vector<char> acc = copy_of(input);
   std::vector<char> incoming(block);
   const int next = (r + 1) % n, prev = (r + n - 1) % n;
   // Step s sends the block that has s + 1 contributions on to the next rank and adds this rank's

@@ -33,6 +33,7 @@
 
 #include "ddp/backend.h"
 #include "shm/host_collectives.h"
+#include "shm/topology.h"
 
 namespace ddp::detail {
 
@@ -40,12 +41,6 @@ class Hierarchy {
  public:
   using Deadline = Backend::Deadline;
 
-  struct Shape {
-    std::vector<std::vector<int>> hosts;  // group ranks per host (shm::Plan::hosts)
-    int host = 0;                         // this rank's host
-    int local = 0;                        // its index there
-    bool striped = false;                 // every host has the same L > 1 ranks
-  };
   struct Thresholds {
     std::size_t stripe_bytes = 0;  // striped from this size up (smaller: the leaders' path)
     std::size_t chunk_bytes = 0;   // pipeline chunk (0: one chunk)
@@ -53,22 +48,24 @@ class Hierarchy {
 
   // `host`: this host's ranks, null on a host of one rank. `across`: this rank's lane (striped) or
   // the leaders' context (on leaders only; null elsewhere). Neither is owned.
-  Hierarchy(Shape shape, shm::HostCollectives* host, Backend* across, Thresholds thresholds);
+  // `plan`: the group's placement, several hosts (striped when every host has the same L > 1 ranks).
+  Hierarchy(shm::Plan plan, shm::HostCollectives* host, Backend* across, Thresholds thresholds);
 
   void all_reduce(Buffer data, ReduceOp op, Deadline deadline);
   void broadcast(Buffer data, int root, Deadline deadline);
   // Striped shape only (gathers() says so); else gloo over the whole group does them.
-  bool gathers() const { return shape_.striped; }
+  bool gathers() const { return striped_; }
   void all_gather(Buffer input, Buffer output, Deadline deadline);
   void reduce_scatter(Buffer input, Buffer output, ReduceOp op, Deadline deadline);
 
  private:
-  bool stripes(const Buffer& data) const { return shape_.striped && data.bytes() >= thresholds_.stripe_bytes; }
+  bool stripes(const Buffer& data) const { return striped_ && data.bytes() >= thresholds_.stripe_bytes; }
   // Runs first/second/third over `data`'s chunks (pipeline.h), each stage given its chunk.
   template <typename First, typename Second, typename Third>
   void pipelined(const Buffer& data, First first, Second second, Third third);
 
-  Shape shape_;
+  shm::Plan plan_;
+  bool striped_;
   shm::HostCollectives* host_;
   Backend* across_;
   Thresholds thresholds_;

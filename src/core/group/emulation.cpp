@@ -5,23 +5,13 @@
 
 #include "ddp/error.h"
 #include "reduce/reduce.h"
+#include "util/buffers.h"
 #include "util/strings.h"
 
 namespace ddp {
-namespace {
 
-std::vector<char> copy_of(const Buffer& b) {
-  const auto* bytes = static_cast<const char*>(b.data);
-  return std::vector<char>(bytes, bytes + b.bytes());
-}
-
-Buffer over(std::vector<char>& storage, Buffer like, std::size_t count) {
-  like.data = storage.data();
-  like.count = count;
-  return like;
-}
-
-}  // namespace
+using detail::copy_of;
+using detail::over;
 
 // The optional methods' defaults (ddp/backend.h), for host buffers.
 

@@ -1,0 +1,31 @@
+// Small helpers over ddp::Buffer for backends that stage data on the host: a copy of a buffer's
+// bytes, a buffer of the same type over scratch storage, and a sub-range of a buffer.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "ddp/types.h"
+
+namespace ddp::detail {
+
+inline std::vector<char> copy_of(const Buffer& b) {
+  const auto* bytes = static_cast<const char*>(b.data);
+  return std::vector<char>(bytes, bytes + b.bytes());
+}
+
+// `count` elements of `like`'s type in `storage`.
+inline Buffer over(std::vector<char>& storage, Buffer like, std::size_t count) {
+  like.data = storage.data();
+  like.count = count;
+  return like;
+}
+
+// Elements [begin, begin + length) of `data`.
+inline Buffer part(Buffer data, std::size_t begin, std::size_t length) {
+  data.data = static_cast<char*>(data.data) + begin * element_size(data.dtype);
+  data.count = length;
+  return data;
+}
+
+}  // namespace ddp::detail
