@@ -12,6 +12,7 @@
 #include <gloo/scatter.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <csignal>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -139,8 +140,20 @@ gloo::transport::tcp::attr device_attr(const std::string& master_addr, GlooPlace
   return attr;
 }
 
+// Gloo writes to its sockets with writev, which raises SIGPIPE once a peer has died; by default
+// that kills this process before its error can name the dead peer (ranks died of signal 13 in
+// CI). So SIGPIPE is ignored, as Python does at startup, unless the program has its own handler.
+void ignore_sigpipe() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction current {};
+    if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
+  });
+}
+
 // One device (one I/O thread) per interface, shared by every group of the process.
 std::shared_ptr<gloo::transport::Device> shared_device(const std::string& master_addr, GlooPlacement placement) {
+  ignore_sigpipe();
   static std::mutex mutex;
   static std::map<std::string, std::shared_ptr<gloo::transport::Device>> devices;
   auto attr = device_attr(master_addr, placement);
