@@ -2,10 +2,12 @@
 // same order, so that its results match PyTorch's to rounding and its random Qs to the bit).
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <vector>
 
+#include "comm_hooks/low_rank.h"
 #include "comm_hooks/powersgd_access.h"
 #include "ddp/error.h"
 #include "ddp/torch/collectives.h"
@@ -36,6 +38,35 @@ void orthogonalize(const at::Tensor& matrices, double epsilon) {
       rest.sub_(at::sum(col * rest, {1}, true) * col);
     }
   }
+}
+
+// matrix = P Q^T and, with an error, error = the matrix's values before minus P Q^T: one pass
+// over the matrix (low_rank.h) where a copy of the bucket before, a bmm and the subtraction after
+// make six. `matrix` (n x m) is a view of the bucket, `error` its place in the error memory or
+// undefined, `p` n x r, `q` m x r. ATen off the CPU and for other types.
+void decompress(const at::Tensor& p, const at::Tensor& q, const at::Tensor& matrix, const at::Tensor& error) {
+  const auto type = matrix.scalar_type();
+  const bool loop = matrix.device().is_cpu() && (type == at::kFloat || type == at::kDouble) && matrix.is_contiguous() &&
+                    p.is_contiguous() && q.is_contiguous() && (!error.defined() || error.is_contiguous());
+  if (!loop) {
+    at::Tensor pq = at::mm(p, q.t());
+    if (error.defined()) {
+      at::Tensor e = error;
+      at::sub_out(e, matrix, pq);
+    }
+    matrix.copy_(pq);
+    return;
+  }
+  const std::int64_t n = matrix.size(0), m = matrix.size(1);
+  AT_DISPATCH_FLOATING_TYPES(type, "powersgd decompress", [&] {
+    const at::Tensor qt = q.t().contiguous();  // the row loops run along m
+    scalar_t* e = error.defined() ? error.data_ptr<scalar_t>() : nullptr;
+    at::parallel_for(0, n, std::max<std::int64_t>(1, 65536 / std::max<std::int64_t>(m, 1)), [&](std::int64_t from, std::int64_t to) {
+      std::vector<scalar_t> row(static_cast<std::size_t>(m));
+      detail::decompress_rows(p.data_ptr<scalar_t>(), qt.data_ptr<scalar_t>(), matrix.data_ptr<scalar_t>(), e,
+                              row.data(), from, to, m, p.size(1));
+    });
+  });
 }
 
 // Views of the bucket's buffer shaped like its parameters (the reducer lays the gradients out one
@@ -275,36 +306,47 @@ std::shared_ptr<Future> compress(const std::shared_ptr<PowerSGDState>& state_ptr
   at::Tensor input = bucket.buffer();
 
   follow_layout(state, index, shapes_of(bucket));
-  at::Tensor input_copy;
+  // With error feedback the bucket's error memory: read here, rewritten where finish decompresses.
+  at::Tensor error;
   if (options.use_error_feedback) {
     auto& errors = PowerSGDAccess::error(state);
     auto found = errors.find(index);
     if (found != errors.end()) {
       input.add_(fitted(found->second, input.numel(), input, "error", index));
+      if (!found->second.is_contiguous()) found->second = found->second.contiguous();
     } else {
-      found = errors.emplace(index, at::empty_like(input)).first;
+      found = errors.emplace(index, at::zeros_like(input, at::MemoryFormat::Contiguous)).first;
     }
-    // The error's memory, read above, holds the copy and then the new error (finish): no bucket-
-    // sized allocation, and its page faults, per step.
-    input_copy = found->second.copy_(input);
+    error = found->second;
   }
+  // Where a view of the bucket lies in the error memory, which has the bucket's layout.
+  const auto error_of = [error, input](const at::Tensor& view) {
+    return error.as_strided(view.sizes(), view.strides(),
+                            error.storage_offset() + (view.storage_offset() - input.storage_offset()));
+  };
 
   Split s = split(gradients(bucket), options);
   PowerSGDAccess::numel_before(state) += s.numel_before;
   PowerSGDAccess::numel_after(state) += s.numel_after;
 
-  std::vector<at::Tensor> flat;
-  for (const auto& t : s.uncompressed) flat.push_back(t.view({-1}));
-  at::Tensor uncompressed = flat.empty() ? at::empty({0}, input.options()) : at::cat(flat);
+  // The uncompressed values and P travel in one all-reduce: [uncompressed | P].
+  std::int64_t uncompressed_numel = 0;
+  for (const auto& t : s.uncompressed) uncompressed_numel += t.numel();
+  at::Tensor carried = at::empty({uncompressed_numel + s.p_size}, input.options());
+  {
+    std::int64_t at = 0;
+    for (const auto& t : s.uncompressed) {
+      carried.narrow(0, at, t.numel()).view_as(t).copy_(t);
+      at += t.numel();
+    }
+  }
 
   auto& ps = PowerSGDAccess::p(state);
   auto& qs = PowerSGDAccess::q(state);
   const bool fresh = !options.warm_start || ps.find(index) == ps.end();
-  if (fresh) {
-    ps[index] = at::empty({s.p_size}, input.options());
-    qs[index] = at::empty({s.q_size}, input.options());
-  }
-  at::Tensor p_memory = fitted(ps[index], s.p_size, input, "P", index);
+  if (fresh) qs[index] = at::empty({s.q_size}, input.options());
+  if (!fresh) fitted(ps[index], s.p_size, input, "P", index);  // P itself is recomputed: its size is checked
+  at::Tensor p_memory = ps[index] = carried.narrow(0, uncompressed_numel, s.p_size);
   at::Tensor q_memory = fitted(qs[index], s.q_size, input, "Q", index);
   std::vector<Compressed> compressed =
       lay_out(s, options.batch_tensors_with_same_shape, options.matrix_approximation_rank, p_memory, q_memory);
@@ -327,19 +369,23 @@ std::shared_ptr<Future> compress(const std::shared_ptr<PowerSGDState>& state_ptr
   // Every rank issues the same collectives in the same order: this bucket's uncompressed values
   // and P now, its Q when the end of backward waits for it (buckets in order). An empty part is
   // empty on every rank (the same bucket), so skipping it keeps the order.
-  auto launch = [&](at::Tensor& t) { return t.numel() > 0 ? all_reduce_async(t, ReduceOp::SUM, group) : nullptr; };
-  auto uncompressed_work = launch(uncompressed);
-  auto p_work = launch(p_memory);
-  auto finish = [state_ptr, bucket_is_last = bucket.is_last(), index, group, world, input, input_copy, uncompressed,
-                 uncompressed_work, unpack = std::move(s.uncompressed), compressed = std::move(compressed),
-                 q_memory](at::Tensor /*p_memory, reduced*/) mutable {
+  auto work = carried.numel() > 0 ? all_reduce_async(carried, ReduceOp::SUM, group)
+                                  : Work::completed("powersgd: an empty bucket");
+  auto finish = [state_ptr, bucket_is_last = bucket.is_last(), index, group, world, input, error, error_of, carried,
+                 uncompressed_numel, unpack = std::move(s.uncompressed), compressed = std::move(compressed),
+                 q_memory](at::Tensor /*carried, reduced*/) mutable {
     PowerSGDState& state = *state_ptr;
     const PowerSGDOptions& options = state.options();
-    if (uncompressed_work) uncompressed_work->wait();
+    at::Tensor uncompressed = carried.narrow(0, 0, uncompressed_numel);
     uncompressed.div_(world);
     std::int64_t at = 0;
     for (auto& t : unpack) {
-      t.copy_(uncompressed.narrow(0, at, t.numel()).view_as(t));
+      const at::Tensor average = uncompressed.narrow(0, at, t.numel()).view_as(t);
+      if (error.defined()) {
+        at::Tensor e = error_of(t);
+        at::sub_out(e, t, average);
+      }
+      t.copy_(average);
       at += t.numel();
     }
     // P is not divided by the world size: it is orthogonalized next.
@@ -347,11 +393,14 @@ std::shared_ptr<Future> compress(const std::shared_ptr<PowerSGDState>& state_ptr
     for (auto& c : compressed) at::bmm_out(c.q, c.matrices.transpose(1, 2), c.p);
     if (q_memory.numel() > 0) all_reduce(q_memory, ReduceOp::SUM, group);
     q_memory.div_(world);
+    // Straight into the bucket (a stack's own matrices are not read again), the error beside.
+    const auto none = at::Tensor();
     for (auto& c : compressed) {
-      at::bmm_out(c.matrices, c.p, c.q.transpose(1, 2));
-      for (std::size_t i = 0; i < c.stacked.size(); ++i) c.stacked[i].copy_(c.matrices[static_cast<std::int64_t>(i)]);
+      for (std::int64_t b = 0; b < c.matrices.size(0); ++b) {
+        const at::Tensor target = c.stacked.empty() ? c.matrices[b] : c.stacked[static_cast<std::size_t>(b)];
+        decompress(c.p[b], c.q[b], target, error.defined() ? error_of(target) : none);
+      }
     }
-    if (options.use_error_feedback) PowerSGDAccess::error(state)[index] = input_copy.sub_(input);
     if (!options.warm_start) {
       PowerSGDAccess::p(state).clear();
       PowerSGDAccess::q(state).clear();
@@ -359,8 +408,7 @@ std::shared_ptr<Future> compress(const std::shared_ptr<PowerSGDState>& state_ptr
     if (bucket_is_last) ++PowerSGDAccess::iter(state);
     return input;
   };
-  auto work = p_work ? p_work : uncompressed_work ? uncompressed_work : Work::completed("powersgd: an empty bucket");
-  return std::make_shared<Future>(work, p_memory, std::move(finish));
+  return std::make_shared<Future>(work, carried, std::move(finish));
 }
 
 }  // namespace
