@@ -8,7 +8,7 @@ to 64 MB (time, busbw, and the fraction of the link's bound) and the DDP step (t
 example's CNN). Prints markdown tables for docs/BENCHMARKS.md. Needs root and the ip and tc tools.
 
     /usr/bin/python3 bench/run_nodes.py --build build [--nodes 2] [--ranks-per-node 2]
-        [--rate 1gbit] [--delay 0.1ms | 0] [--rounds 3] [--max-bytes 67108864 | 0] [--models mlp cnn]
+        [--rate 1gbit] [--delay 0.1ms | 0] [--rounds 3] [--min-bytes 4096] [--max-bytes 67108864 | 0] [--models mlp cnn]
         [--powersgd-rank R] [--baseline OTHER_BUILD] [--ops all_reduce broadcast all_gather reduce_scatter]
 
 The link's bound: whatever the algorithm, after reducing within a node each node must send (and
@@ -119,7 +119,7 @@ BUS_FACTOR = {"all_reduce": lambda w: 2 * (w - 1) / w, "broadcast": lambda w: 1.
 
 
 def collective_table(args, nodes, world, link_bps, op):
-    sizes = ["--min-bytes", str(4 << 10), "--max-bytes", str(args.max_bytes), "--repeats", str(args.repeats),
+    sizes = ["--min-bytes", str(args.min_bytes), "--max-bytes", str(args.max_bytes), "--repeats", str(args.repeats),
              "--op", op]
     configs = [("ddp", [os.path.join(args.build, "bench", "allreduce_bench")] + sizes)]
     torch = op != "reduce_scatter"  # PyTorch 1.13's gloo has none
@@ -199,6 +199,7 @@ def main():
     parser.add_argument("--delay", default="0", help="each link's one-way delay, tc's syntax (0.1ms); needs netem")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=3, help="timed batches per size within one run")
+    parser.add_argument("--min-bytes", type=int, default=4 << 10, help="the collective tables' smallest size")
     parser.add_argument("--max-bytes", type=int, default=64 << 20, help="0: no collective tables")
     parser.add_argument("--ops", nargs="+", default=["all_reduce"], choices=sorted(LINK_SHARE),
                         help="the collectives timed (a table each)")

@@ -1,5 +1,6 @@
 #include "cpu/hierarchy.h"
 
+#include <algorithm>
 #include <cstring>
 #include <optional>
 
@@ -10,6 +11,13 @@
 #include "util/strings.h"
 
 namespace ddp::detail {
+namespace {
+
+void copy(void* dst, const void* src, std::size_t bytes) {
+  if (bytes > 0) std::memcpy(dst, src, bytes);
+}
+
+}  // namespace
 
 Hierarchy::Hierarchy(shm::Plan plan, shm::HostCollectives* host, Backend* across, Thresholds thresholds)
     : plan_(std::move(plan)),
@@ -82,47 +90,108 @@ void Hierarchy::broadcast(Buffer data, int root, Deadline deadline) {
             });
 }
 
+std::size_t Hierarchy::gather_chunks(std::size_t count, DataType dtype) const {
+  // At least one chunk, so that every rank takes the same steps (and checks) for an empty block.
+  const std::size_t world = host_of_.size();
+  return std::max<std::size_t>(1, chunk_count(count, element_size(dtype) * world, thresholds_.gather_chunk_bytes));
+}
+
+char* Hierarchy::scratch(std::size_t bytes, Storage& once) {
+  // Kept between ops while chunk-sized: fresh pages cost a fault each (about 10 ms per 32 MiB
+  // here), more than a chunk's shared-memory work.
+  Storage& use = thresholds_.gather_chunk_bytes > 0 && bytes <= 3 * thresholds_.gather_chunk_bytes ? scratch_ : once;
+  if (use.bytes < bytes) {
+    use.data.reset();
+    use.data.reset(new char[bytes]);
+    use.bytes = bytes;
+  }
+  return use.data.get();
+}
+
 void Hierarchy::all_gather(Buffer input, Buffer output, Deadline deadline) {
   const std::size_t hosts = plan_.hosts.size(), locals = plan_.hosts[0].size(), c = input.count;
-  const std::size_t block = input.bytes();
-  // The lane's inputs in host order, then every lane's: block (l, h) is rank hosts[h][l]'s input.
-  std::vector<char> lane(hosts * block), all(locals * hosts * block);
-  across_->all_gather(input, over(lane, input, hosts * c), deadline);
-  host_->all_gather(over(lane, input, hosts * c), over(all, input, locals * hosts * c), deadline);
+  const std::size_t e = element_size(input.dtype), block = input.bytes(), chunks = gather_chunks(c, input.dtype);
+  const std::size_t most = chunk_range(c, chunks, 0).end;  // the first chunk is the longest
+  // Per chunk of `length` elements, in slot k % kSlots: the lane's pieces in host order
+  // (`lane`), then every lane's (`all`), so that piece (l, h) is rank hosts[h][l]'s.
+  Storage once;
+  char* slots = scratch(kSlots * (hosts + locals * hosts) * most * e, once);
+  const auto lane = [&](std::size_t k) { return slots + (k % kSlots) * (hosts + locals * hosts) * most * e; };
   char* out = static_cast<char*>(output.data);
-  for (std::size_t l = 0; l < locals; ++l) {
-    for (std::size_t h = 0; h < hosts; ++h) {
-      std::memcpy(out + static_cast<std::size_t>(plan_.hosts[h][l]) * block, all.data() + (l * hosts + h) * block, block);
-    }
-  }
+  run_pipelined(
+      chunks, [](std::size_t) {},
+      [&](std::size_t k) {
+        const ChunkRange r = chunk_range(c, chunks, k);
+        const std::size_t length = r.end - r.begin;
+        across_->all_gather(part(input, r.begin, length), over(lane(k), input, hosts * length), deadline);
+      },
+      [&](std::size_t k) {
+        const ChunkRange r = chunk_range(c, chunks, k);
+        const std::size_t length = r.end - r.begin;
+        char* all = lane(k) + hosts * most * e;
+        host_->all_gather(over(lane(k), input, hosts * length), over(all, input, locals * hosts * length), deadline);
+        for (std::size_t l = 0; l < locals; ++l) {
+          for (std::size_t h = 0; h < hosts; ++h) {
+            copy(out + static_cast<std::size_t>(plan_.hosts[h][l]) * block + r.begin * e,
+                 all + (l * hosts + h) * length * e, length * e);
+          }
+        }
+      },
+      kSlots);
 }
 
 void Hierarchy::reduce_scatter(Buffer input, Buffer output, ReduceOp op, Deadline deadline) {
   const std::size_t hosts = plan_.hosts.size(), locals = plan_.hosts[0].size(), c = output.count;
-  const std::size_t block = output.bytes();
-  // Blocks reordered lane by lane, so that the host's reduce-scatter leaves rank l its lane's.
-  std::vector<char> by_lane(locals * hosts * block), lane(hosts * block);
+  const std::size_t e = element_size(output.dtype), block = output.bytes(), chunks = gather_chunks(c, output.dtype);
+  const std::size_t most = chunk_range(c, chunks, 0).end;
+  // Per chunk, the blocks' pieces reordered lane by lane (`ordered`, used by the host's
+  // reduce-scatter alone), so that it leaves rank l its lane's pieces (in slot k % kSlots), which
+  // the lane's ring reduce-scatters across the hosts while the host works on the next chunk.
+  Storage once;
+  char* ordered = scratch((locals * hosts + kSlots * hosts) * most * e, once);
+  const auto lane = [&](std::size_t k) { return ordered + (locals * hosts + (k % kSlots) * hosts) * most * e; };
   const char* in = static_cast<const char*>(input.data);
-  for (std::size_t l = 0; l < locals; ++l) {
-    for (std::size_t h = 0; h < hosts; ++h) {
-      std::memcpy(by_lane.data() + (l * hosts + h) * block, in + static_cast<std::size_t>(plan_.hosts[h][l]) * block, block);
-    }
-  }
-  host_->reduce_scatter(over(by_lane, output, locals * hosts * c), over(lane, output, hosts * c), op, deadline);
-  ring_reduce_scatter(*across_, over(lane, output, hosts * c), output, op, deadline);
+  run_pipelined(
+      chunks,
+      [&](std::size_t k) {
+        const ChunkRange r = chunk_range(c, chunks, k);
+        const std::size_t length = r.end - r.begin;
+        for (std::size_t l = 0; l < locals; ++l) {
+          for (std::size_t h = 0; h < hosts; ++h) {
+            copy(ordered + (l * hosts + h) * length * e,
+                 in + static_cast<std::size_t>(plan_.hosts[h][l]) * block + r.begin * e, length * e);
+          }
+        }
+        host_->reduce_scatter(over(ordered, output, locals * hosts * length), over(lane(k), output, hosts * length), op,
+                              deadline);
+      },
+      [&](std::size_t k) {
+        const ChunkRange r = chunk_range(c, chunks, k);
+        const std::size_t length = r.end - r.begin;
+        ring_reduce_scatter(*across_, over(lane(k), output, hosts * length), part(output, r.begin, length), op,
+                            deadline);
+      },
+      [](std::size_t) {}, kSlots);
 }
 
-std::string encode_thresholds(const Hierarchy::Thresholds& t) { return cat(t.stripe_bytes, " ", t.chunk_bytes); }
+std::string encode_thresholds(const Hierarchy::Thresholds& t) {
+  return cat(t.stripe_bytes, " ", t.chunk_bytes, " ", t.gather_chunk_bytes);
+}
 
 Hierarchy::Thresholds decode_thresholds(const std::string& text) {
-  const auto space = text.find(' ');
-  const auto stripe = parse_int(text.substr(0, space));
-  const auto chunk = space == std::string::npos ? std::nullopt : parse_int(text.substr(space + 1));
-  if (!stripe || !chunk || *stripe < 0 || *chunk < 0) {
-    throw MismatchError(cat("group rank 0 published the hierarchical collectives' thresholds as ", quote(text),
-                            ", not as two sizes: do all ranks run the same ddp build?"));
+  std::size_t sizes[3] = {}, at = 0, n = 0;
+  for (; n < 3 && at <= text.size(); ++n) {
+    const auto space = std::min(text.find(' ', at), text.size());
+    const auto value = parse_int(text.substr(at, space - at));
+    if (!value || *value < 0) break;
+    sizes[n] = static_cast<std::size_t>(*value);
+    at = space + 1;
   }
-  return {static_cast<std::size_t>(*stripe), static_cast<std::size_t>(*chunk)};
+  if (n < 3 || at <= text.size()) {
+    throw MismatchError(cat("group rank 0 published the hierarchical collectives' thresholds as ", quote(text),
+                            ", not as three sizes: do all ranks run the same ddp build?"));
+  }
+  return {sizes[0], sizes[1], sizes[2]};
 }
 
 void ring_reduce_scatter(Backend& group, Buffer input, Buffer output, ReduceOp op, Backend::Deadline deadline) {

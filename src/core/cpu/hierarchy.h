@@ -21,13 +21,16 @@
 //                   reduced over the host, then each lane reduce-scatters them across the hosts in
 //                   a ring (each host sends 1/H of its lane's blocks per step).
 //
-// all_reduce and broadcast are cut in chunks (Tuning::stripe_chunk_bytes) and pipelined
-// (pipeline.h): the network carries chunk k while shared memory works on chunks k + 1 and k - 1.
+// Every op is cut in chunks (Tuning::stripe_chunk_bytes; all_gather and reduce_scatter cut each
+// rank's block so that a chunk of the whole group's data fits in gather_chunk_bytes) and pipelined (pipeline.h): the
+// network carries chunk k while shared memory works on chunks k + 1 and k - 1 (all_gather: k - 1
+// gathered on the host and put in place; reduce_scatter: k + 1 reordered and reduced).
 // Every rank takes the same path and the same chunks for the same arguments: the shape comes from
 // the plan every rank derives alike, the thresholds from group rank 0.
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -44,6 +47,7 @@ class Hierarchy {
   struct Thresholds {
     std::size_t stripe_bytes = 0;  // striped from this size up (smaller: the leaders' path)
     std::size_t chunk_bytes = 0;   // pipeline chunk (0: one chunk)
+    std::size_t gather_chunk_bytes = 0;  // all_gather's and reduce_scatter's, of the group's data
   };
 
   // `host`: this host's ranks, null on a host of one rank. `across`: this rank's lane (striped) or
@@ -63,6 +67,18 @@ class Hierarchy {
   // Runs first/second/third over `data`'s chunks (pipeline.h), each stage given its chunk.
   template <typename First, typename Second, typename Third>
   void pipelined(const Buffer& data, First first, Second second, Third third);
+  // all_gather's and reduce_scatter's chunks of a block of `count` elements: each chunk moves at
+  // most gather_chunk_bytes of the whole group's data, and there is always one.
+  std::size_t gather_chunks(std::size_t count, DataType dtype) const;
+  // Their scratch: chunk k in slot k % kSlots, so that the link fills one slot while the host
+  // empties the other.
+  static constexpr std::size_t kSlots = 2;
+  struct Storage {
+    std::unique_ptr<char[]> data;
+    std::size_t bytes = 0;
+  };
+  // `bytes` of scratch: scratch_, kept for the next op, when it is at most 3 chunks; else `once`.
+  char* scratch(std::size_t bytes, Storage& once);
 
   shm::Plan plan_;
   bool striped_;
@@ -70,10 +86,11 @@ class Hierarchy {
   Backend* across_;
   Thresholds thresholds_;
   std::vector<int> host_of_, local_of_;  // per group rank
+  Storage scratch_;
 };
 
 // Group rank 0's thresholds as it publishes them to the others through the group's store, and
-// back; decoding text that is not two sizes throws a MismatchError (ranks of different builds).
+// back; decoding text that is not three sizes throws a MismatchError (ranks of different builds).
 std::string encode_thresholds(const Hierarchy::Thresholds& thresholds);
 Hierarchy::Thresholds decode_thresholds(const std::string& text);
 

@@ -8,7 +8,8 @@
 
 namespace ddp::detail {
 
-void run_pipelined(std::size_t chunks, const ChunkStage& first, const ChunkStage& second, const ChunkStage& third) {
+void run_pipelined(std::size_t chunks, const ChunkStage& first, const ChunkStage& second, const ChunkStage& third,
+                   std::size_t window) {
   if (chunks <= 1) {
     for (std::size_t k = 0; k < chunks; ++k) {
       first(k);
@@ -52,7 +53,20 @@ void run_pipelined(std::size_t chunks, const ChunkStage& first, const ChunkStage
     helper.join();
   };
   try {
+    // The calling thread's order is fixed, so that every rank runs its host collectives alike:
+    // every first, then the thirds; with a window, third(k - W) before first(k), which also
+    // keeps second(k), run after first(k), behind third(k - W).
+    const auto third_once_second = [&](std::size_t k) {
+      {
+        std::unique_lock lock(mutex);
+        changed.wait(lock, [&] { return seconds > k || helper_error; });
+        if (seconds <= k) std::rethrow_exception(helper_error);
+      }
+      third(k);
+    };
+    std::size_t thirds = 0;
     for (std::size_t k = 0; k < chunks; ++k) {
+      if (window > 0 && k >= window) third_once_second(thirds++);
       first(k);
       {
         std::lock_guard lock(mutex);
@@ -60,14 +74,7 @@ void run_pipelined(std::size_t chunks, const ChunkStage& first, const ChunkStage
       }
       changed.notify_all();
     }
-    for (std::size_t k = 0; k < chunks; ++k) {
-      {
-        std::unique_lock lock(mutex);
-        changed.wait(lock, [&] { return seconds > k || helper_error; });
-        if (seconds <= k) std::rethrow_exception(helper_error);
-      }
-      third(k);
-    }
+    while (thirds < chunks) third_once_second(thirds++);
   } catch (...) {
     join();
     throw;

@@ -9,6 +9,11 @@
 // inside the stages match across ranks. An exception from any stage stops the pipeline: the helper
 // finishes the chunk it is in (no stage is cut short or run concurrently with abort()), and the
 // first exception is rethrown on the calling thread. With n <= 1 everything runs inline.
+//
+// `window` W > 0 bounds the chunks in flight, for stages that hand chunks over through W scratch
+// slots (chunk k in slot k % W): the calling thread runs third(k - W) before first(k), and second(k)
+// starts only once third(k - W) is done. 0: no bound, every first before the thirds (stages that
+// work on the caller's buffer in place). Either way the calling thread's order is fixed.
 #pragma once
 
 #include <cstddef>
@@ -18,7 +23,8 @@ namespace ddp::detail {
 
 using ChunkStage = std::function<void(std::size_t chunk)>;
 
-void run_pipelined(std::size_t chunks, const ChunkStage& first, const ChunkStage& second, const ChunkStage& third);
+void run_pipelined(std::size_t chunks, const ChunkStage& first, const ChunkStage& second, const ChunkStage& third,
+                   std::size_t window = 0);
 
 // How many chunks of at most `chunk_bytes` (0: one chunk) `count` elements of `element_bytes` are
 // cut into (none for none, never more than count), and chunk k's [begin, end) in elements: equal

@@ -27,6 +27,11 @@ struct Tuning {
   // size and pipelined, so that the network carries one chunk while shared memory reduces the
   // next and gathers the last (0: one chunk, unpipelined; docs/SHM.md).
   std::size_t stripe_chunk_bytes = 8u << 20;
+  // DDP_SHM_GATHER_CHUNK_BYTES: across hosts, all_gather and reduce_scatter cut every rank's block
+  // so that a chunk moves at most this many bytes of the whole group's data, pipelined the same
+  // way (0: one chunk). Smaller than the all_reduce's: the link idles for the last chunk's
+  // shared-memory gather and reordering copy, which handle all of a chunk (docs/SHM.md).
+  std::size_t gather_chunk_bytes = 2u << 20;
   // DDP_SHM_SPIN_US: how long a wait spins before it sleeps on a futex (0: sleep at once).
   std::chrono::microseconds spin{50};
   // DDP_SHM_HOST_ID: replaces the detected host identity (hostname, boot id, pid namespace). Ranks

@@ -14,11 +14,14 @@ inline std::vector<char> copy_of(const Buffer& b) {
   return std::vector<char>(bytes, bytes + b.bytes());
 }
 
-// `count` elements of `like`'s type in `storage`.
-inline Buffer over(std::vector<char>& storage, Buffer like, std::size_t count) {
-  like.data = storage.data();
+// `count` elements of `like`'s type at `data`, or in `storage`.
+inline Buffer over(void* data, Buffer like, std::size_t count) {
+  like.data = data;
   like.count = count;
   return like;
+}
+inline Buffer over(std::vector<char>& storage, Buffer like, std::size_t count) {
+  return over(storage.data(), like, count);
 }
 
 // Elements [begin, begin + length) of `data`.

@@ -76,6 +76,54 @@ TEST(Pipeline, TheLinkCarriesAChunkWhileTheCallerWorksOnTheNext) {
   EXPECT_TRUE(overlapped);
 }
 
+TEST(Pipeline, AWindowBoundsTheChunksInFlightAndFixesTheCallersOrder) {
+  // Two slots: the link never fills a slot the host has not emptied (b(k) after c(k - 2)), the
+  // host never refills one the link still reads (a(k) after b(k - 2)), and the calling thread's
+  // order is the same on every run (c(k - 2) before a(k)), whatever the timing.
+  for (int run = 0; run < 20; ++run) {
+    Log log;
+    const std::size_t n = 7, window = 2;
+    run_pipelined(n, [&](std::size_t k) { log.add('a', k); },
+                  [&](std::size_t k) {
+                    if (run % 2) std::this_thread::sleep_for(1ms);
+                    log.add('b', k);
+                  },
+                  [&](std::size_t k) { log.add('c', k); }, window);
+    ASSERT_EQ(log.events.size(), 3 * n);
+    std::vector<std::string> caller;
+    for (const auto& e : log.events) {
+      if (e[0] != 'b') caller.push_back(e);
+    }
+    EXPECT_EQ(caller, (std::vector<std::string>{"a0", "a1", "c0", "a2", "c1", "a3", "c2", "a4", "c3", "a5", "c4", "a6",
+                                                "c5", "c6"}));
+    for (std::size_t k = 0; k < n; ++k) {
+      const std::string i = std::to_string(k);
+      EXPECT_LT(log.at("a" + i), log.at("b" + i));
+      EXPECT_LT(log.at("b" + i), log.at("c" + i));
+      if (k >= window) {
+        const std::string back = std::to_string(k - window);
+        EXPECT_LT(log.at("c" + back), log.at("b" + i)) << "the link filled a slot the host had not emptied";
+        EXPECT_LT(log.at("b" + back), log.at("a" + i)) << "the host refilled a slot the link still read";
+      }
+    }
+  }
+}
+
+TEST(Pipeline, AWindowStillLetsTheLinkCarryAChunkWhileTheCallerGathersTheLast) {
+  // third(0) returns only once second(1) has started.
+  std::atomic<bool> second_started{false};
+  bool overlapped = false;
+  run_pipelined(
+      3, [](std::size_t) {}, [&](std::size_t k) { if (k == 1) second_started = true; },
+      [&](std::size_t k) {
+        if (k != 0) return;
+        for (int i = 0; i < 1000 && !second_started; ++i) std::this_thread::sleep_for(10ms);
+        overlapped = second_started;
+      },
+      2);
+  EXPECT_TRUE(overlapped);
+}
+
 TEST(Pipeline, OneChunkOrNoneRunsOnTheCallingThread) {
   const auto caller = std::this_thread::get_id();
   int calls = 0;
@@ -174,12 +222,15 @@ TEST(Chunks, CoverTheBufferInEqualWholeElementsNeverMoreThanItsElements) {
   }
 }
 
-TEST(Thresholds, RoundTripAndTextThatIsNotTwoSizesIsAMismatch) {
-  const Hierarchy::Thresholds t{1u << 20, 2u << 20};
+TEST(Thresholds, RoundTripAndTextThatIsNotThreeSizesIsAMismatch) {
+  const Hierarchy::Thresholds t{1u << 20, 8u << 20, 0};
   const auto back = decode_thresholds(encode_thresholds(t));
   EXPECT_EQ(back.stripe_bytes, t.stripe_bytes);
   EXPECT_EQ(back.chunk_bytes, t.chunk_bytes);
-  for (const char* bad : {"", "1048576", "1048576 x", "-1 5", "1048576 -5"}) {
+  EXPECT_EQ(back.gather_chunk_bytes, t.gather_chunk_bytes);
+  EXPECT_EQ(decode_thresholds("5 6 7").gather_chunk_bytes, 7u);
+  for (const char* bad : {"", "1048576", "1048576 x", "-1 5", "1048576 -5", "1048576 5", "1 2 3 4", "1 2 3 ", "1 2 x",
+                          "1  2 3"}) {
     try {
       decode_thresholds(bad);
       ADD_FAILURE() << "accepted " << bad;

@@ -110,6 +110,7 @@ struct HostsCase {
   const char* name;
   std::vector<std::string> hosts;  // per rank
   std::map<std::string, std::string> env = {};
+  std::size_t large_bytes = 4 << 20;  // smaller with tiny chunks: a gather's 4 MB would be 4096 of them
 };
 
 void PrintTo(const HostsCase& c, std::ostream* os) { *os << c.name; }
@@ -118,10 +119,10 @@ class ShmHierarchy : public ::testing::TestWithParam<HostsCase> {};
 
 TEST_P(ShmHierarchy, EveryOpAndTypeAcrossHostsMatchesTheReference) {
   const HostsCase& c = GetParam();
-  test::run_ranks(static_cast<int>(c.hosts.size()), [](int, int) {
+  test::run_ranks(static_cast<int>(c.hosts.size()), [&](int, int) {
     init_process_group("gloo", {.timeout = 60s});
     expect_segments(std::atoi(std::getenv("RANKS_ON_MY_HOST")) > 1 ? 1 : 0);
-    test::run_collective_suite(*get_default_group(), {.sizes = {0, 1, 13, 9000}, .large_bytes = 4 << 20});
+    test::run_collective_suite(*get_default_group(), {.sizes = {0, 1, 13, 9000}, .large_bytes = c.large_bytes});
     test::run_async_burst(*get_default_group(), 200);
     destroy_process_group();
   }, {.deadline = 170s, .rank_env = [&](int rank) {
@@ -137,7 +138,8 @@ TEST_P(ShmHierarchy, EveryOpAndTypeAcrossHostsMatchesTheReference) {
 // Every op and type through the pipeline: striped from 0 bytes up, chunks of 4 KB (odd counts
 // straddle them, many chunks in flight), on both shapes.
 const std::map<std::string, std::string> kTinyChunks = {{"DDP_SHM_STRIPE_BYTES", "0"},
-                                                        {"DDP_SHM_STRIPE_CHUNK_BYTES", "4096"}};
+                                                        {"DDP_SHM_STRIPE_CHUNK_BYTES", "4096"},
+                                                        {"DDP_SHM_GATHER_CHUNK_BYTES", "4096"}};
 
 INSTANTIATE_TEST_SUITE_P(Placements, ShmHierarchy, ::testing::Values(
     HostsCase{"hosts2x2interleaved", {"a", "b", "a", "b"}},     // striped, lanes {0, 2} and {1, 3}
@@ -145,14 +147,14 @@ INSTANTIATE_TEST_SUITE_P(Placements, ShmHierarchy, ::testing::Values(
     HostsCase{"hosts3x2", {"a", "a", "b", "b", "c", "c"}},      // rings of three hosts per lane
     HostsCase{"hosts3and2", {"a", "a", "a", "b", "b"}},         // unequal: through the hosts' first ranks
     HostsCase{"hosts2and1", {"a", "a", "b"}},                   // a host with a single rank
-    HostsCase{"hosts2x2tinyChunks", {"a", "a", "b", "b"}, kTinyChunks},
-    HostsCase{"hosts2and3tinyChunks", {"a", "b", "a", "b", "b"}, kTinyChunks}),
+    HostsCase{"hosts2x2tinyChunks", {"a", "a", "b", "b"}, kTinyChunks, 512 << 10},
+    HostsCase{"hosts2and3tinyChunks", {"a", "b", "a", "b", "b"}, kTinyChunks, 512 << 10}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(ShmHierarchy, RankZerosThresholdsHoldForEveryRank) {
-  // Ranks 1 and 2 would stripe everything in 4 KiB chunks, the others only from 1 MiB in 2 MiB
-  // chunks: rank 0's values must hold, or a 64 KiB all_reduce would take two paths (or a 2 MiB
-  // one two chunkings) and hang until the timeout.
+  // Ranks 1 and 2 would stripe everything in 4 KiB chunks (gathers too), the others only from
+  // 1 MiB in the default chunks: rank 0's values must hold, or a 64 KiB all_reduce would take two
+  // paths (or a 2 MiB one two chunkings) and hang until the timeout.
   test::run_ranks(4, [](int, int) {
     init_process_group("gloo", {.timeout = 20s});
     test::run_collective_suite(*get_default_group(), {.sizes = {1, 9000, 16384}, .large_bytes = 2 << 20});
@@ -162,6 +164,7 @@ TEST(ShmHierarchy, RankZerosThresholdsHoldForEveryRank) {
     if (rank == 1 || rank == 2) {
       env["DDP_SHM_STRIPE_BYTES"] = "0";
       env["DDP_SHM_STRIPE_CHUNK_BYTES"] = "4096";
+      env["DDP_SHM_GATHER_CHUNK_BYTES"] = "4096";
     }
     return env;
   }});

@@ -63,26 +63,40 @@ TEST(ShmFailures, APeerKilledMidAllReduceIsAnErrorNamingItNotAHang) {
   EXPECT_EQ(test::dev_shm_entries(), before) << "something was left in /dev/shm";
 }
 
-TEST(ShmFailures, APeerKilledMidAllReduceAcrossHostsIsAnErrorNamingItOnEveryHost) {
-  // Two simulated hosts of two ranks: the all_reduce is striped and pipelined (cpu/hierarchy.h).
-  // Rank 3 dies inside it. Rank 2 (its host) finds it in shared memory, rank 1 (its lane) finds
-  // its connection closed, rank 0 hears of it through the group's records: all three name it.
-  const std::string done_file = temp_path("hosts-killed-done");
-  test::run_ranks(4, [&](int rank, int) {
+class ShmFailuresAcrossHosts : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ShmFailuresAcrossHosts, APeerKilledMidCollectiveIsAnErrorNamingItOnEveryHost) {
+  // Two simulated hosts of two ranks: the op is striped and pipelined (cpu/hierarchy.h). Rank 3
+  // dies inside it. Rank 2 (its host) finds it in shared memory or through the group's records,
+  // rank 1 (its lane) finds its connection closed, rank 0 hears of it through the group's
+  // records: all three name it.
+  const std::string op = GetParam();
+  const std::string done_file = temp_path(("hosts-killed-done-" + op).c_str());
+  test::run_ranks(4, [&](int rank, int world) {
     init_process_group("gloo", {.timeout = 60s});
     auto group = get_default_group();
-    std::vector<float> big(16 << 20, 1.0f);  // 64 MB: 32 chunks of the pipeline
+    // all_reduce: 64 MB, 8 chunks of the pipeline; the gathers: 16 MB blocks, 64 MB of the
+    // group's data in all, 8 chunks too.
+    const std::size_t block = op == "all_reduce" ? 16u << 20 : 4u << 20;
+    std::vector<float> big(block * (op == "reduce_scatter" ? world : 1), 1.0f);
+    std::vector<float> out(block * (op == "all_gather" ? world : 1));
+    const auto run = [&] {
+      if (op == "all_reduce") return group->all_reduce(buffer_of(big.data(), big.size()));
+      if (op == "all_gather") return group->all_gather(buffer_of(big.data(), block), buffer_of(out.data(), out.size()));
+      return group->reduce_scatter(buffer_of(big.data(), big.size()), buffer_of(out.data(), block));
+    };
     group->all_reduce(buffer_of(big.data(), 16))->wait();
     if (rank == 3) {
-      auto work = group->all_reduce(buffer_of(big.data(), big.size()));
+      auto work = run();
       std::this_thread::sleep_for(50ms);
       ::raise(SIGKILL);
     }
     const auto start = Clock::now();
-    const auto message = expect_error<Error>([&] { group->all_reduce(buffer_of(big.data(), big.size()))->wait(); },
-                                             {"all_reduce #1", "Lost rank 3 (pid "});
+    const auto message = expect_error<Error>([&] { run()->wait(); }, {op + " #1", "Lost rank 3 (pid "});
     EXPECT_LT(Clock::now() - start, 30s) << "the timeout is 60 s: the death should be noticed long before";
-    if (rank == 2) EXPECT_NE(message.find("shared-memory all_reduce"), std::string::npos) << message;
+    if (rank == 2 && op == "all_reduce") {
+      EXPECT_NE(message.find("shared-memory all_reduce"), std::string::npos) << message;
+    }
     expect_error<Error>([&] { group->barrier()->wait(); }, {"rank 3"});
     // Rank 0 hosts the store: it stays until the others have read its records.
     if (rank != 0) {
@@ -99,6 +113,9 @@ TEST(ShmFailures, APeerKilledMidAllReduceAcrossHostsIsAnErrorNamingItOnEveryHost
   if (test::is_rank_process()) return;
   for (int r = 1; r < 3; ++r) ::unlink((done_file + std::to_string(r)).c_str());
 }
+
+INSTANTIATE_TEST_SUITE_P(Ops, ShmFailuresAcrossHosts, ::testing::Values("all_reduce", "all_gather", "reduce_scatter"),
+                         [](const auto& info) { return info.param; });
 
 TEST(ShmFailures, RanksThatCallDifferentCollectivesAreToldWhichWithoutDdpDebug) {
   // Without DDP_DEBUG's agreement check the shared-memory ops compare signatures: a barrier met by
