@@ -7,7 +7,7 @@ PyTorch's gloo run alternating, on the same placement, in one run: float32 all_r
 to 64 MB (time, busbw, and the fraction of the link's bound) and the DDP step (the MLP and the
 example's CNN). Prints markdown tables for docs/BENCHMARKS.md. Needs root and the ip and tc tools.
 
-    /usr/bin/python3 bench/run_nodes.py --build build [--nodes 2] [--ranks-per-node 2]
+    /usr/bin/python3 bench/run_nodes.py --build build [--nodes 2] [--ranks-per-node 2 | 2 3]
         [--rate 1gbit] [--delay 0.1ms | 0] [--rounds 3] [--min-bytes 4096] [--max-bytes 67108864 | 0] [--models mlp cnn]
         [--powersgd-rank R] [--baseline OTHER_BUILD] [--ops all_reduce broadcast all_gather reduce_scatter]
 
@@ -53,7 +53,12 @@ class Nodes:
     """The switch and node namespaces; node k is at 10.203.0.(k+1), its link named eth0."""
 
     def __init__(self, nodes, ranks_per_node, rate, delay):
-        self.count, self.ranks_per_node = nodes, ranks_per_node
+        """ranks_per_node: one count for every node, or one per node (unequal nodes)."""
+        self.count = nodes
+        self.sizes = ranks_per_node * nodes if len(ranks_per_node) == 1 else list(ranks_per_node)
+        if len(self.sizes) != nodes:
+            raise SystemExit("--ranks-per-node takes one count or one per node (%d nodes)" % nodes)
+        self.ranks_per_node = "+".join(map(str, ranks_per_node)) if len(set(self.sizes)) > 1 else self.sizes[0]
         self.switch = PREFIX + "-switch"
         self.names = ["%s-node%d" % (PREFIX, k) for k in range(nodes)]
         self.master_addr = SUBNET + "1"
@@ -80,9 +85,12 @@ class Nodes:
 
     def rank(self, rank, world):
         """run_ranks_output's placement: the argv prefix and environment of `rank`."""
-        node, local = divmod(rank, self.ranks_per_node)
+        node, local = 0, rank
+        while local >= self.sizes[node]:
+            local -= self.sizes[node]
+            node += 1
         return (["ip", "netns", "exec", self.names[node]],
-                {"LOCAL_RANK": str(local), "LOCAL_WORLD_SIZE": str(self.ranks_per_node),
+                {"LOCAL_RANK": str(local), "LOCAL_WORLD_SIZE": str(self.sizes[node]),
                  "GROUP_RANK": str(node), "DDP_SHM_HOST_ID": "node%d" % node, "GLOO_SOCKET_IFNAME": "eth0"})
 
 
@@ -108,12 +116,19 @@ def remove_stale():
             subprocess.run(["ip", "netns", "del", name], capture_output=True)
 
 
-# What each node must send or receive over its own link, as a fraction of the op's bytes S, for N
-# nodes (whatever the algorithm, after working within the node): an all_reduce 2(N-1)/N (reduce-
-# scatter then all-gather), a broadcast all of it (the root's node sends S), an all_gather (S is
-# the output) or a reduce_scatter (S is the input) (N-1)/N. And nccl-tests' bus bandwidth factor.
-LINK_SHARE = {"all_reduce": lambda n: 2 * (n - 1) / n, "broadcast": lambda n: 1.0,
-              "all_gather": lambda n: (n - 1) / n, "reduce_scatter": lambda n: (n - 1) / n}
+# What the busiest node must send or receive over its own link, as a fraction of the op's bytes S,
+# for nodes of `sizes` ranks (whatever the algorithm, after working within the node): an
+# all_reduce 2(N-1)/N of N nodes (reduce-scatter then all-gather), a broadcast all of it (the
+# root's node sends S), an all_gather (S is the output) or a reduce_scatter (S is the input) the
+# larger of the other nodes' ranks' share (received, or sent for them) and its own share sent to
+# each other node: (N-1)/N for equal nodes. And nccl-tests' bus bandwidth factor.
+def gather_share(sizes):
+    world, n = sum(sizes), len(sizes)
+    return max(max(world - s, (n - 1) * s) for s in sizes) / world
+
+
+LINK_SHARE = {"all_reduce": lambda sizes: 2 * (len(sizes) - 1) / len(sizes), "broadcast": lambda sizes: 1.0,
+              "all_gather": gather_share, "reduce_scatter": gather_share}
 BUS_FACTOR = {"all_reduce": lambda w: 2 * (w - 1) / w, "broadcast": lambda w: 1.0,
               "all_gather": lambda w: (w - 1) / w, "reduce_scatter": lambda w: (w - 1) / w}
 
@@ -134,7 +149,7 @@ def collective_table(args, nodes, world, link_bps, op):
     med = {name: {s: statistics.median(r[s] for r in rs) for s in rs[0]} for name, rs in runs.items()}
     n = nodes.count
     bw = lambda size, us: size * BUS_FACTOR[op](world) / us / 1e3  # noqa: E731 (GB/s)
-    print("\n### %s float32 across %d nodes x %d ranks, links %s, delay %s (median of %d)\n"
+    print("\n### %s float32 across %d nodes x %s ranks, links %s, delay %s (median of %d)\n"
           % (op, n, nodes.ranks_per_node, args.rate, args.delay or "none added", args.rounds))
     if not torch:
         print("PyTorch 1.13's gloo has no reduce_scatter (\"ProcessGroupGloo does not support reduce_scatter\").\n")
@@ -146,7 +161,7 @@ def collective_table(args, nodes, world, link_bps, op):
     print(header)
     print("|---" * (header.count("|") - 1) + "|")
     for size in sorted(med["ddp"]):
-        bound = LINK_SHARE[op](n) * size * 8 / link_bps * 1e6
+        bound = LINK_SHARE[op](nodes.sizes) * size * 8 / link_bps * 1e6
         d = med["ddp"][size]
         row = "| %s | %.0f | %.1f | %.3f | %.0f%% |" % (human(size), bound, d, bw(size, d), 100 * bound / d)
         if torch:
@@ -160,7 +175,7 @@ def collective_table(args, nodes, world, link_bps, op):
 
 
 def step_table(args, nodes, world):
-    print("\n### DDP step across %d nodes x %d ranks, links %s, delay %s, batch 64 per rank (median ms of %d)\n"
+    print("\n### DDP step across %d nodes x %s ranks, links %s, delay %s, batch 64 per rank (median ms of %d)\n"
           % (nodes.count, nodes.ranks_per_node, args.rate, args.delay or "none added", args.rounds))
     r = args.powersgd_rank
     # PyTorch's own powerSGD_hook is no column: in 1.13's DDP over gloo its ranks issue their
@@ -194,7 +209,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--build", default="build")
     parser.add_argument("--nodes", type=int, default=2)
-    parser.add_argument("--ranks-per-node", type=int, default=2)
+    parser.add_argument("--ranks-per-node", type=int, nargs="+", default=[2],
+                        help="ranks on every node, or on each node (unequal nodes: 2 3)")
     parser.add_argument("--rate", default="1gbit", help="each link's rate, tc's syntax (1gbit, 10gbit)")
     parser.add_argument("--delay", default="0", help="each link's one-way delay, tc's syntax (0.1ms); needs netem")
     parser.add_argument("--rounds", type=int, default=3)
@@ -219,7 +235,7 @@ def main():
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
         nodes = Nodes(args.nodes, args.ranks_per_node, args.rate, args.delay)
-        world = args.nodes * args.ranks_per_node
+        world = sum(nodes.sizes)
         if args.max_bytes > 0:
             for op in args.ops:
                 collective_table(args, nodes, world, link_bps, op)

@@ -59,14 +59,12 @@ class CpuBackend final : public Backend {
 
   void all_gather(Buffer input, Buffer output, Deadline deadline) override {
     if (!hierarchy_) return host_->all_gather(input, output, deadline);
-    if (hierarchy_->gathers()) return hierarchy_->all_gather(input, output, deadline);
-    gloo_->all_gather(input, output, deadline);
+    hierarchy_->all_gather(input, output, deadline);
   }
 
   void reduce_scatter(Buffer input, Buffer output, ReduceOp op, Deadline deadline) override {
     if (!hierarchy_) return host_->reduce_scatter(input, output, op, deadline);
-    if (hierarchy_->gathers()) return hierarchy_->reduce_scatter(input, output, op, deadline);
-    gloo_->reduce_scatter(input, output, op, deadline);
+    hierarchy_->reduce_scatter(input, output, op, deadline);
   }
 
   void barrier(Deadline deadline) override {

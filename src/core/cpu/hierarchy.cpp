@@ -34,6 +34,7 @@ Hierarchy::Hierarchy(shm::Plan plan, shm::HostCollectives* host, Backend* across
       host_of_[static_cast<std::size_t>(plan_.hosts[h][l])] = static_cast<int>(h);
       local_of_[static_cast<std::size_t>(plan_.hosts[h][l])] = static_cast<int>(l);
     }
+    first_.push_back(h == 0 ? 0 : first_[h - 1] + plan_.hosts[h - 1].size());
   }
 }
 
@@ -109,6 +110,7 @@ char* Hierarchy::scratch(std::size_t bytes, Storage& once) {
 }
 
 void Hierarchy::all_gather(Buffer input, Buffer output, Deadline deadline) {
+  if (!striped_) return leaders_all_gather(input, output, deadline);
   const std::size_t hosts = plan_.hosts.size(), locals = plan_.hosts[0].size(), c = input.count;
   const std::size_t e = element_size(input.dtype), block = input.bytes(), chunks = gather_chunks(c, input.dtype);
   const std::size_t most = chunk_range(c, chunks, 0).end;  // the first chunk is the longest
@@ -141,6 +143,7 @@ void Hierarchy::all_gather(Buffer input, Buffer output, Deadline deadline) {
 }
 
 void Hierarchy::reduce_scatter(Buffer input, Buffer output, ReduceOp op, Deadline deadline) {
+  if (!striped_) return leaders_reduce_scatter(input, output, op, deadline);
   const std::size_t hosts = plan_.hosts.size(), locals = plan_.hosts[0].size(), c = output.count;
   const std::size_t e = element_size(output.dtype), block = output.bytes(), chunks = gather_chunks(c, output.dtype);
   const std::size_t most = chunk_range(c, chunks, 0).end;
@@ -168,10 +171,101 @@ void Hierarchy::reduce_scatter(Buffer input, Buffer output, ReduceOp op, Deadlin
       [&](std::size_t k) {
         const ChunkRange r = chunk_range(c, chunks, k);
         const std::size_t length = r.end - r.begin;
-        ring_reduce_scatter(*across_, over(lane(k), output, hosts * length), part(output, r.begin, length), op,
+        ring_reduce_scatter(*across_, over(lane(k), output, hosts * length), std::vector<std::size_t>(hosts, length), op,
                             deadline);
+        copy(static_cast<char*>(output.data) + r.begin * e, lane(k) + across_->rank() * length * e, length * e);
       },
       [](std::size_t) {}, kSlots);
+}
+
+std::vector<std::size_t> Hierarchy::host_counts(std::size_t length) const {
+  std::vector<std::size_t> counts;
+  for (const auto& h : plan_.hosts) counts.push_back(h.size() * length);
+  return counts;
+}
+
+void Hierarchy::leaders_all_gather(Buffer input, Buffer output, Deadline deadline) {
+  const std::size_t world = host_of_.size(), c = input.count, e = element_size(input.dtype), block = input.bytes();
+  const std::size_t chunks = gather_chunks(c, input.dtype), most = chunk_range(c, chunks, 0).end;
+  const std::size_t mine = plan_.my_host().size();
+  // Per chunk, in slot k % kSlots: every rank's piece, host after host (rank hosts[h][l]'s at
+  // index first_[h] + l). The host gathers its pieces there, the leaders pass the hosts' runs
+  // round their ring, and each host's leader broadcasts the whole slot to its host.
+  Storage once;
+  char* slots = scratch(kSlots * world * most * e, once);
+  const auto slot = [&](std::size_t k) { return slots + (k % kSlots) * world * most * e; };
+  char* out = static_cast<char*>(output.data);
+  run_pipelined(
+      chunks,
+      [&](std::size_t k) {
+        const ChunkRange r = chunk_range(c, chunks, k);
+        const std::size_t length = r.end - r.begin;
+        char* run = slot(k) + first_[static_cast<std::size_t>(plan_.host)] * length * e;
+        if (host_) {
+          host_->all_gather(part(input, r.begin, length), over(run, input, mine * length), deadline);
+        } else {
+          copy(run, static_cast<const char*>(input.data) + r.begin * e, length * e);
+        }
+      },
+      [&](std::size_t k) {
+        const ChunkRange r = chunk_range(c, chunks, k);
+        const std::size_t length = r.end - r.begin;
+        if (plan_.local == 0) ring_all_gather(*across_, over(slot(k), input, world * length), host_counts(length), deadline);
+      },
+      [&](std::size_t k) {
+        const ChunkRange r = chunk_range(c, chunks, k);
+        const std::size_t length = r.end - r.begin;
+        if (host_) host_->broadcast(over(slot(k), input, world * length), 0, deadline);
+        for (std::size_t h = 0; h < plan_.hosts.size(); ++h) {
+          for (std::size_t l = 0; l < plan_.hosts[h].size(); ++l) {
+            copy(out + static_cast<std::size_t>(plan_.hosts[h][l]) * block + r.begin * e,
+                 slot(k) + (first_[h] + l) * length * e, length * e);
+          }
+        }
+      },
+      kSlots);
+}
+
+void Hierarchy::leaders_reduce_scatter(Buffer input, Buffer output, ReduceOp op, Deadline deadline) {
+  const std::size_t world = host_of_.size(), c = output.count, e = element_size(output.dtype), block = output.bytes();
+  const std::size_t chunks = gather_chunks(c, output.dtype), most = chunk_range(c, chunks, 0).end;
+  const std::size_t mine = plan_.my_host().size(), run_at = first_[static_cast<std::size_t>(plan_.host)];
+  // Per chunk, in slot k % kSlots: the blocks' pieces host after host (as in leaders_all_gather),
+  // reduced over the host into its leader's slot, reduce-scattered among the leaders so that each
+  // holds its host's run, which it broadcasts to its host.
+  Storage once;
+  char* slots = scratch(kSlots * world * most * e, once);
+  const auto slot = [&](std::size_t k) { return slots + (k % kSlots) * world * most * e; };
+  const char* in = static_cast<const char*>(input.data);
+  run_pipelined(
+      chunks,
+      [&](std::size_t k) {
+        const ChunkRange r = chunk_range(c, chunks, k);
+        const std::size_t length = r.end - r.begin;
+        for (std::size_t h = 0; h < plan_.hosts.size(); ++h) {
+          for (std::size_t l = 0; l < plan_.hosts[h].size(); ++l) {
+            copy(slot(k) + (first_[h] + l) * length * e,
+                 in + static_cast<std::size_t>(plan_.hosts[h][l]) * block + r.begin * e, length * e);
+          }
+        }
+        if (host_) host_->reduce(over(slot(k), output, world * length), op, 0, deadline);
+      },
+      [&](std::size_t k) {
+        const ChunkRange r = chunk_range(c, chunks, k);
+        const std::size_t length = r.end - r.begin;
+        if (plan_.local == 0) {
+          ring_reduce_scatter(*across_, over(slot(k), output, world * length), host_counts(length), op, deadline);
+        }
+      },
+      [&](std::size_t k) {
+        const ChunkRange r = chunk_range(c, chunks, k);
+        const std::size_t length = r.end - r.begin;
+        char* run = slot(k) + run_at * length * e;
+        if (host_) host_->broadcast(over(run, output, mine * length), 0, deadline);
+        copy(static_cast<char*>(output.data) + r.begin * e, run + static_cast<std::size_t>(plan_.local) * length * e,
+             length * e);
+      },
+      kSlots);
 }
 
 std::string encode_thresholds(const Hierarchy::Thresholds& t) {
@@ -194,26 +288,48 @@ Hierarchy::Thresholds decode_thresholds(const std::string& text) {
   return {sizes[0], sizes[1], sizes[2]};
 }
 
-void ring_reduce_scatter(Backend& group, Buffer input, Buffer output, ReduceOp op, Backend::Deadline deadline) {
+namespace {
+
+// Where segment i of a ring's buffer starts, in elements.
+std::size_t segment_at(const std::vector<std::size_t>& counts, std::size_t i) {
+  std::size_t at = 0;
+  for (std::size_t j = 0; j < i; ++j) at += counts[j];
+  return at;
+}
+
+}  // namespace
+
+void ring_reduce_scatter(Backend& group, Buffer data, const std::vector<std::size_t>& counts, ReduceOp op,
+                         Backend::Deadline deadline) {
   const int n = group.size(), r = group.rank();
-  const std::size_t block = output.bytes();
-  std::vector<char> acc = copy_of(input);
-  std::vector<char> incoming(block);
+  std::vector<char> incoming(*std::max_element(counts.begin(), counts.end()) * element_size(data.dtype));
   const int next = (r + 1) % n, prev = (r + n - 1) % n;
-  // Step s sends the block that has s + 1 contributions on to the next rank and adds this rank's
-  // own to the one that arrives; after n - 1 steps block r has all n.
+  // Step s sends the segment that has s + 1 contributions on to the next rank and adds this rank's
+  // own to the one that arrives; after n - 1 steps segment r has all n.
   for (int s = 0; s + 1 < n; ++s) {
-    const auto send_block = static_cast<std::size_t>((r - s - 1 + 2 * n) % n);
-    const auto recv_block = static_cast<std::size_t>((r - s - 2 + 2 * n) % n);
-    auto received = group.post_recv(over(incoming, output, output.count), prev, static_cast<std::uint32_t>(s));
-    auto sent = group.post_send(part(over(acc, output, n * output.count), send_block * output.count, output.count), next,
-                                static_cast<std::uint32_t>(s));
+    const auto send = static_cast<std::size_t>((r - s - 1 + 2 * n) % n);
+    const auto recv = static_cast<std::size_t>((r - s - 2 + 2 * n) % n);
+    auto received = group.post_recv(over(incoming, data, counts[recv]), prev, static_cast<std::uint32_t>(s));
+    auto sent = group.post_send(part(data, segment_at(counts, send), counts[send]), next, static_cast<std::uint32_t>(s));
     received(deadline);
     sent(deadline);
-    char* into = acc.data() + recv_block * block;
-    reduce(into, into, incoming.data(), output.count, output.dtype, op);
+    const Buffer into = part(data, segment_at(counts, recv), counts[recv]);
+    reduce(into.data, into.data, incoming.data(), into.count, data.dtype, op);
   }
-  std::memcpy(output.data, acc.data() + static_cast<std::size_t>(r) * block, block);
+}
+
+void ring_all_gather(Backend& group, Buffer data, const std::vector<std::size_t>& counts, Backend::Deadline deadline) {
+  const int n = group.size(), r = group.rank();
+  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  // Step s passes on the segment that arrived at step s - 1 (at step 0, this rank's own).
+  for (int s = 0; s + 1 < n; ++s) {
+    const auto send = static_cast<std::size_t>((r - s + n) % n);
+    const auto recv = static_cast<std::size_t>((r - s - 1 + 2 * n) % n);
+    auto received = group.post_recv(part(data, segment_at(counts, recv), counts[recv]), prev, static_cast<std::uint32_t>(s));
+    auto sent = group.post_send(part(data, segment_at(counts, send), counts[send]), next, static_cast<std::uint32_t>(s));
+    received(deadline);
+    sent(deadline);
+  }
 }
 
 }  // namespace ddp::detail

@@ -14,12 +14,16 @@
 //   broadcast       the root's host broadcasts in shared memory; striped, each lane carries its
 //                   share to the other hosts, which gather the shares; leaders, the root's host's
 //                   first rank carries it and the other hosts broadcast from theirs.
-//   all_gather      striped only: each lane all-gathers its ranks' inputs across the hosts, then
-//                   the host all-gathers the lanes' results (every input crosses the network once
-//                   per other host, where Gloo's ring over all ranks crosses it up to N - 1 times).
-//   reduce_scatter  striped only: the host reduce-scatters so that rank l holds its lane's blocks
+//   all_gather      striped: each lane all-gathers its ranks' inputs across the hosts, then the
+//                   host all-gathers the lanes' results (every input crosses the network once per
+//                   other host, where Gloo's ring over all ranks crosses it up to N - 1 times).
+//                   Leaders: the host gathers its inputs, the leaders pass each host's run round
+//                   a ring, and each leader broadcasts the whole result to its host.
+//   reduce_scatter  striped: the host reduce-scatters so that rank l holds its lane's blocks
 //                   reduced over the host, then each lane reduce-scatters them across the hosts in
-//                   a ring (each host sends 1/H of its lane's blocks per step).
+//                   a ring (each host sends 1/H of its lane's blocks per step). Leaders: host
+//                   reduce to the first rank, a ring reduce-scatter among the leaders in which
+//                   each host's run is its ranks' blocks, and each leader broadcasts its run.
 //
 // Every op is cut in chunks (Tuning::stripe_chunk_bytes; all_gather and reduce_scatter cut each
 // rank's block so that a chunk of the whole group's data fits in gather_chunk_bytes) and pipelined (pipeline.h): the
@@ -57,8 +61,6 @@ class Hierarchy {
 
   void all_reduce(Buffer data, ReduceOp op, Deadline deadline);
   void broadcast(Buffer data, int root, Deadline deadline);
-  // Striped shape only (gathers() says so); else gloo over the whole group does them.
-  bool gathers() const { return striped_; }
   void all_gather(Buffer input, Buffer output, Deadline deadline);
   void reduce_scatter(Buffer input, Buffer output, ReduceOp op, Deadline deadline);
 
@@ -70,6 +72,11 @@ class Hierarchy {
   // all_gather's and reduce_scatter's chunks of a block of `count` elements: each chunk moves at
   // most gather_chunk_bytes of the whole group's data, and there is always one.
   std::size_t gather_chunks(std::size_t count, DataType dtype) const;
+  // The leaders' shape of the two.
+  void leaders_all_gather(Buffer input, Buffer output, Deadline deadline);
+  void leaders_reduce_scatter(Buffer input, Buffer output, ReduceOp op, Deadline deadline);
+  // Each host's run of `length` elements per rank, for the leaders' rings.
+  std::vector<std::size_t> host_counts(std::size_t length) const;
   // Their scratch: chunk k in slot k % kSlots, so that the link fills one slot while the host
   // empties the other.
   static constexpr std::size_t kSlots = 2;
@@ -86,6 +93,7 @@ class Hierarchy {
   Backend* across_;
   Thresholds thresholds_;
   std::vector<int> host_of_, local_of_;  // per group rank
+  std::vector<std::size_t> first_;       // per host: how many ranks the hosts before it have
   Storage scratch_;
 };
 
@@ -94,10 +102,14 @@ class Hierarchy {
 std::string encode_thresholds(const Hierarchy::Thresholds& thresholds);
 Hierarchy::Thresholds decode_thresholds(const std::string& text);
 
-// A reduce-scatter among `group`'s ranks in a ring over its point-to-point sends (size() - 1 steps,
-// each sending one block to the next rank): `input` holds size() blocks of output.count elements,
-// rank r gets every rank's block r reduced with `op` (which the caller has checked the group
-// supports). Point-to-point tags 0 to size() - 2 are used: only for a context of its own.
-void ring_reduce_scatter(Backend& group, Buffer input, Buffer output, ReduceOp op, Backend::Deadline deadline);
+// Rings among `group`'s ranks over its point-to-point sends, in place, for a context of their own
+// (tags 0 to size() - 2). `data` holds size() segments one after the other, segment i of
+// counts[i] elements (they may differ). ring_reduce_scatter leaves segment rank() reduced over
+// every rank with `op` (which the caller has checked the group supports; the other segments are
+// left partly reduced); ring_all_gather gives every rank every rank's segment. size() - 1 steps,
+// each sending one segment to the next rank.
+void ring_reduce_scatter(Backend& group, Buffer data, const std::vector<std::size_t>& counts, ReduceOp op,
+                         Backend::Deadline deadline);
+void ring_all_gather(Backend& group, Buffer data, const std::vector<std::size_t>& counts, Backend::Deadline deadline);
 
 }  // namespace ddp::detail

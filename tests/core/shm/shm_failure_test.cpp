@@ -10,6 +10,7 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <tuple>
 
 #include "ddp/distributed.h"
 #include "ddp/error.h"
@@ -63,16 +64,18 @@ TEST(ShmFailures, APeerKilledMidAllReduceIsAnErrorNamingItNotAHang) {
   EXPECT_EQ(test::dev_shm_entries(), before) << "something was left in /dev/shm";
 }
 
-class ShmFailuresAcrossHosts : public ::testing::TestWithParam<std::string> {};
+// The op, and the placement: "2x2" (striped) or "2and3" (unequal: through the hosts' first ranks).
+class ShmFailuresAcrossHosts : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
 
 TEST_P(ShmFailuresAcrossHosts, APeerKilledMidCollectiveIsAnErrorNamingItOnEveryHost) {
-  // Two simulated hosts of two ranks: the op is striped and pipelined (cpu/hierarchy.h). Rank 3
-  // dies inside it. Rank 2 (its host) finds it in shared memory or through the group's records,
-  // rank 1 (its lane) finds its connection closed, rank 0 hears of it through the group's
-  // records: all three name it.
-  const std::string op = GetParam();
-  const std::string done_file = temp_path(("hosts-killed-done-" + op).c_str());
-  test::run_ranks(4, [&](int rank, int world) {
+  // Two simulated hosts, of two ranks each (the op is striped and pipelined, cpu/hierarchy.h) or
+  // of two and three. Rank 3 dies inside the op. Its host's ranks find it in shared memory or
+  // through the group's records, its lane's (striped) find their connection closed, the others
+  // hear of it through the group's records: all name it.
+  const auto [op, placement] = GetParam();
+  const bool unequal = placement == "2and3";
+  const std::string done_file = temp_path(("hosts-killed-done-" + op + placement).c_str());
+  test::run_ranks(unequal ? 5 : 4, [&](int rank, int world) {
     init_process_group("gloo", {.timeout = 60s});
     auto group = get_default_group();
     // all_reduce: 64 MB, 8 chunks of the pipeline; the gathers: 16 MB blocks, 64 MB of the
@@ -94,7 +97,7 @@ TEST_P(ShmFailuresAcrossHosts, APeerKilledMidCollectiveIsAnErrorNamingItOnEveryH
     const auto start = Clock::now();
     const auto message = expect_error<Error>([&] { run()->wait(); }, {op + " #1", "Lost rank 3 (pid "});
     EXPECT_LT(Clock::now() - start, 30s) << "the timeout is 60 s: the death should be noticed long before";
-    if (rank == 2 && op == "all_reduce") {
+    if (rank == 2 && op == "all_reduce" && !unequal) {
       EXPECT_NE(message.find("shared-memory all_reduce"), std::string::npos) << message;
     }
     expect_error<Error>([&] { group->barrier()->wait(); }, {"rank 3"});
@@ -102,7 +105,8 @@ TEST_P(ShmFailuresAcrossHosts, APeerKilledMidCollectiveIsAnErrorNamingItOnEveryH
     if (rank != 0) {
       std::ofstream(std::string(std::getenv("DONE_FILE")) + std::to_string(rank)) << "done";
     } else {
-      for (int r = 1; r < 3; ++r) {
+      for (int r = 1; r < world; ++r) {
+        if (r == 3) continue;
         const std::string done = std::string(std::getenv("DONE_FILE")) + std::to_string(r);
         for (int i = 0; i < 600 && ::access(done.c_str(), F_OK) != 0; ++i) std::this_thread::sleep_for(50ms);
       }
@@ -111,11 +115,13 @@ TEST_P(ShmFailuresAcrossHosts, APeerKilledMidCollectiveIsAnErrorNamingItOnEveryH
     return std::map<std::string, std::string>{{"DDP_SHM_HOST_ID", rank < 2 ? "a" : "b"}};
   }});
   if (test::is_rank_process()) return;
-  for (int r = 1; r < 3; ++r) ::unlink((done_file + std::to_string(r)).c_str());
+  for (int r = 1; r < 5; ++r) ::unlink((done_file + std::to_string(r)).c_str());
 }
 
-INSTANTIATE_TEST_SUITE_P(Ops, ShmFailuresAcrossHosts, ::testing::Values("all_reduce", "all_gather", "reduce_scatter"),
-                         [](const auto& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(Ops, ShmFailuresAcrossHosts,
+                         ::testing::Combine(::testing::Values("all_reduce", "all_gather", "reduce_scatter"),
+                                            ::testing::Values("2x2", "2and3")),
+                         [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
 
 TEST(ShmFailures, RanksThatCallDifferentCollectivesAreToldWhichWithoutDdpDebug) {
   // Without DDP_DEBUG's agreement check the shared-memory ops compare signatures: a barrier met by
