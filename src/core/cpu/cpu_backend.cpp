@@ -150,7 +150,8 @@ std::unique_ptr<Backend> make_cpu_backend(const BackendContext& ctx) {
     return std::make_unique<CpuBackend>(ctx.rank, ctx.size, std::move(gloo), nullptr, std::move(host), nullptr);
   }
   // Every rank must take the same path and chunks for the same buffer: rank 0's thresholds hold.
-  Hierarchy::Thresholds thresholds{tuning.stripe_bytes, tuning.stripe_chunk_bytes, tuning.gather_chunk_bytes};
+  Hierarchy::Thresholds thresholds{tuning.stripe_bytes, tuning.stripe_chunk_bytes, tuning.gather_chunk_bytes,
+                                   tuning.gather_stripe_bytes};
   if (ctx.rank == 0) {
     ctx.store->set("hierarchy_thresholds", encode_thresholds(thresholds));
   } else {

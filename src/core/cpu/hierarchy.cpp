@@ -110,7 +110,7 @@ char* Hierarchy::scratch(std::size_t bytes, Storage& once) {
 }
 
 void Hierarchy::all_gather(Buffer input, Buffer output, Deadline deadline) {
-  if (!striped_) return leaders_all_gather(input, output, deadline);
+  if (!striped_ || output.bytes() < thresholds_.gather_stripe_bytes) return leaders_all_gather(input, output, deadline);
   const std::size_t hosts = plan_.hosts.size(), locals = plan_.hosts[0].size(), c = input.count;
   const std::size_t e = element_size(input.dtype), block = input.bytes(), chunks = gather_chunks(c, input.dtype);
   const std::size_t most = chunk_range(c, chunks, 0).end;  // the first chunk is the longest
@@ -143,7 +143,9 @@ void Hierarchy::all_gather(Buffer input, Buffer output, Deadline deadline) {
 }
 
 void Hierarchy::reduce_scatter(Buffer input, Buffer output, ReduceOp op, Deadline deadline) {
-  if (!striped_) return leaders_reduce_scatter(input, output, op, deadline);
+  if (!striped_ || input.bytes() < thresholds_.gather_stripe_bytes) {
+    return leaders_reduce_scatter(input, output, op, deadline);
+  }
   const std::size_t hosts = plan_.hosts.size(), locals = plan_.hosts[0].size(), c = output.count;
   const std::size_t e = element_size(output.dtype), block = output.bytes(), chunks = gather_chunks(c, output.dtype);
   const std::size_t most = chunk_range(c, chunks, 0).end;
@@ -269,23 +271,23 @@ void Hierarchy::leaders_reduce_scatter(Buffer input, Buffer output, ReduceOp op,
 }
 
 std::string encode_thresholds(const Hierarchy::Thresholds& t) {
-  return cat(t.stripe_bytes, " ", t.chunk_bytes, " ", t.gather_chunk_bytes);
+  return cat(t.stripe_bytes, " ", t.chunk_bytes, " ", t.gather_chunk_bytes, " ", t.gather_stripe_bytes);
 }
 
 Hierarchy::Thresholds decode_thresholds(const std::string& text) {
-  std::size_t sizes[3] = {}, at = 0, n = 0;
-  for (; n < 3 && at <= text.size(); ++n) {
+  std::size_t sizes[4] = {}, at = 0, n = 0;
+  for (; n < 4 && at <= text.size(); ++n) {
     const auto space = std::min(text.find(' ', at), text.size());
     const auto value = parse_int(text.substr(at, space - at));
     if (!value || *value < 0) break;
     sizes[n] = static_cast<std::size_t>(*value);
     at = space + 1;
   }
-  if (n < 3 || at <= text.size()) {
+  if (n < 4 || at <= text.size()) {
     throw MismatchError(cat("group rank 0 published the hierarchical collectives' thresholds as ", quote(text),
-                            ", not as three sizes: do all ranks run the same ddp build?"));
+                            ", not as four sizes: do all ranks run the same ddp build?"));
   }
-  return {sizes[0], sizes[1], sizes[2]};
+  return {sizes[0], sizes[1], sizes[2], sizes[3]};
 }
 
 namespace {

@@ -5,7 +5,9 @@
 // local index l on every host) has its own gloo context, so all L ranks of a host use the network
 // at once. Leaders: hosts of unequal sizes; one gloo context among the hosts' first ranks, which
 // carry their host's data. In the striped shape lane 0 is the leaders, and collectives below the
-// stripe threshold take the leaders' path there too (one connection's latency is their cost).
+// stripe threshold take the leaders' path there too (one connection's latency is their cost), as
+// do all_gather and reduce_scatter below theirs, which by default is never reached: measured on
+// emulated nodes, the lanes only paid where one stream cannot fill the link (docs/SHM.md).
 //
 //   all_reduce      striped: shared-memory reduce-scatter (each rank its share, 1/L of the buffer,
 //                   reduced over the host), each lane all-reduces its share across the hosts,
@@ -52,6 +54,7 @@ class Hierarchy {
     std::size_t stripe_bytes = 0;  // striped from this size up (smaller: the leaders' path)
     std::size_t chunk_bytes = 0;   // pipeline chunk (0: one chunk)
     std::size_t gather_chunk_bytes = 0;  // all_gather's and reduce_scatter's, of the group's data
+    std::size_t gather_stripe_bytes = 0;  // theirs striped from this size of the group's data up
   };
 
   // `host`: this host's ranks, null on a host of one rank. `across`: this rank's lane (striped) or
@@ -98,7 +101,7 @@ class Hierarchy {
 };
 
 // Group rank 0's thresholds as it publishes them to the others through the group's store, and
-// back; decoding text that is not three sizes throws a MismatchError (ranks of different builds).
+// back; decoding text that is not four sizes throws a MismatchError (ranks of different builds).
 std::string encode_thresholds(const Hierarchy::Thresholds& thresholds);
 Hierarchy::Thresholds decode_thresholds(const std::string& text);
 

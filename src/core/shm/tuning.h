@@ -4,6 +4,8 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
+#include <limits>
 #include <string>
 
 namespace ddp::detail::shm {
@@ -32,6 +34,12 @@ struct Tuning {
   // way (0: one chunk). Smaller than the all_reduce's: the link idles for the last chunk's
   // shared-memory gather and reordering copy, which handle all of a chunk (docs/SHM.md).
   std::size_t gather_chunk_bytes = 2u << 20;
+  // DDP_SHM_GATHER_STRIPE_BYTES: across hosts of equal sizes, an all_gather (by its output) or
+  // reduce_scatter (by its input) of at least this many bytes is striped over every rank's lane;
+  // smaller ones, and all of them by default, go through the hosts' first ranks, which measured
+  // as fast or faster at every size on emulated nodes (docs/SHM.md). For links that one stream
+  // cannot fill.
+  std::size_t gather_stripe_bytes = std::numeric_limits<std::int64_t>::max();
   // DDP_SHM_SPIN_US: how long a wait spins before it sleeps on a futex (0: sleep at once).
   std::chrono::microseconds spin{50};
   // DDP_SHM_HOST_ID: replaces the detected host identity (hostname, boot id, pid namespace). Ranks

@@ -222,15 +222,16 @@ TEST(Chunks, CoverTheBufferInEqualWholeElementsNeverMoreThanItsElements) {
   }
 }
 
-TEST(Thresholds, RoundTripAndTextThatIsNotThreeSizesIsAMismatch) {
-  const Hierarchy::Thresholds t{1u << 20, 8u << 20, 0};
+TEST(Thresholds, RoundTripAndTextThatIsNotFourSizesIsAMismatch) {
+  const Hierarchy::Thresholds t{1u << 20, 8u << 20, 0, static_cast<std::size_t>(INT64_MAX)};
   const auto back = decode_thresholds(encode_thresholds(t));
   EXPECT_EQ(back.stripe_bytes, t.stripe_bytes);
   EXPECT_EQ(back.chunk_bytes, t.chunk_bytes);
   EXPECT_EQ(back.gather_chunk_bytes, t.gather_chunk_bytes);
-  EXPECT_EQ(decode_thresholds("5 6 7").gather_chunk_bytes, 7u);
-  for (const char* bad : {"", "1048576", "1048576 x", "-1 5", "1048576 -5", "1048576 5", "1 2 3 4", "1 2 3 ", "1 2 x",
-                          "1  2 3"}) {
+  EXPECT_EQ(back.gather_stripe_bytes, t.gather_stripe_bytes);
+  EXPECT_EQ(decode_thresholds("5 6 7 8").gather_chunk_bytes, 7u);
+  for (const char* bad : {"", "1048576", "1048576 x", "-1 5", "1048576 -5", "1048576 5", "1 2 3", "1 2 3 4 5",
+                          "1 2 3 4 ", "1 2 3 x", "1  2 3 4"}) {
     try {
       decode_thresholds(bad);
       ADD_FAILURE() << "accepted " << bad;

@@ -139,12 +139,16 @@ TEST_P(ShmHierarchy, EveryOpAndTypeAcrossHostsMatchesTheReference) {
 // straddle them, many chunks in flight), on both shapes.
 const std::map<std::string, std::string> kTinyChunks = {{"DDP_SHM_STRIPE_BYTES", "0"},
                                                         {"DDP_SHM_STRIPE_CHUNK_BYTES", "4096"},
-                                                        {"DDP_SHM_GATHER_CHUNK_BYTES", "4096"}};
+                                                        {"DDP_SHM_GATHER_CHUNK_BYTES", "4096"},
+                                                        {"DDP_SHM_GATHER_STRIPE_BYTES", "0"}};
+// The gathers striped at every size (by default they go through the hosts' first ranks).
+const std::map<std::string, std::string> kStripedGathers = {{"DDP_SHM_GATHER_STRIPE_BYTES", "0"}};
 
 INSTANTIATE_TEST_SUITE_P(Placements, ShmHierarchy, ::testing::Values(
-    HostsCase{"hosts2x2interleaved", {"a", "b", "a", "b"}},     // striped, lanes {0, 2} and {1, 3}
-    HostsCase{"hosts2x3", {"a", "a", "a", "b", "b", "b"}},      // three lanes, shares of odd sizes
-    HostsCase{"hosts3x2", {"a", "a", "b", "b", "c", "c"}},      // rings of three hosts per lane
+    HostsCase{"hosts2x2interleaved", {"a", "b", "a", "b"}, kStripedGathers},  // lanes {0, 2} and {1, 3}
+    HostsCase{"hosts2x3", {"a", "a", "a", "b", "b", "b"}, kStripedGathers},   // three lanes, odd shares
+    HostsCase{"hosts3x2", {"a", "a", "b", "b", "c", "c"}, kStripedGathers},   // rings of three hosts per lane
+    HostsCase{"hosts3x2leaders", {"a", "a", "b", "b", "c", "c"}},             // gathers through the first ranks
     HostsCase{"hosts3and2", {"a", "a", "a", "b", "b"}},         // unequal: through the hosts' first ranks
     HostsCase{"hosts2and1", {"a", "a", "b"}},                   // a host with a single rank
     HostsCase{"hosts2x2tinyChunks", {"a", "a", "b", "b"}, kTinyChunks, 512 << 10},
@@ -165,6 +169,7 @@ TEST(ShmHierarchy, RankZerosThresholdsHoldForEveryRank) {
       env["DDP_SHM_STRIPE_BYTES"] = "0";
       env["DDP_SHM_STRIPE_CHUNK_BYTES"] = "4096";
       env["DDP_SHM_GATHER_CHUNK_BYTES"] = "4096";
+      env["DDP_SHM_GATHER_STRIPE_BYTES"] = "0";
     }
     return env;
   }});

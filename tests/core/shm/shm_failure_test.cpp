@@ -64,7 +64,8 @@ TEST(ShmFailures, APeerKilledMidAllReduceIsAnErrorNamingItNotAHang) {
   EXPECT_EQ(test::dev_shm_entries(), before) << "something was left in /dev/shm";
 }
 
-// The op, and the placement: "2x2" (striped) or "2and3" (unequal: through the hosts' first ranks).
+// The op, and the placement: "2x2" (striped; the gathers too, DDP_SHM_GATHER_STRIPE_BYTES=0) or
+// "2and3" (unequal: through the hosts' first ranks).
 class ShmFailuresAcrossHosts : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
 
 TEST_P(ShmFailuresAcrossHosts, APeerKilledMidCollectiveIsAnErrorNamingItOnEveryHost) {
@@ -111,7 +112,7 @@ TEST_P(ShmFailuresAcrossHosts, APeerKilledMidCollectiveIsAnErrorNamingItOnEveryH
         for (int i = 0; i < 600 && ::access(done.c_str(), F_OK) != 0; ++i) std::this_thread::sleep_for(50ms);
       }
     }
-  }, {.env = {{"DONE_FILE", done_file}}, .killed = {3}, .rank_env = [](int rank) {
+  }, {.env = {{"DONE_FILE", done_file}, {"DDP_SHM_GATHER_STRIPE_BYTES", "0"}}, .killed = {3}, .rank_env = [](int rank) {
     return std::map<std::string, std::string>{{"DDP_SHM_HOST_ID", rank < 2 ? "a" : "b"}};
   }});
   if (test::is_rank_process()) return;
