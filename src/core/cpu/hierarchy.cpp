@@ -91,6 +91,17 @@ void Hierarchy::broadcast(Buffer data, int root, Deadline deadline) {
             });
 }
 
+template <typename First, typename Second, typename Third>
+void Hierarchy::pipelined_pieces(std::size_t count, std::size_t chunks, First first, Second second, Third third) {
+  const auto stage = [&](auto& f) {
+    return [&](std::size_t k) {
+      const ChunkRange r = chunk_range(count, chunks, k);
+      f(k, r.begin, r.end - r.begin);
+    };
+  };
+  run_pipelined(chunks, stage(first), stage(second), stage(third), kSlots);
+}
+
 std::size_t Hierarchy::gather_chunks(std::size_t count, DataType dtype) const {
   // At least one chunk, so that every rank takes the same steps (and checks) for an empty block.
   const std::size_t world = host_of_.size();
@@ -120,26 +131,18 @@ void Hierarchy::all_gather(Buffer input, Buffer output, Deadline deadline) {
   char* slots = scratch(kSlots * (hosts + locals * hosts) * most * e, once);
   const auto lane = [&](std::size_t k) { return slots + (k % kSlots) * (hosts + locals * hosts) * most * e; };
   char* out = static_cast<char*>(output.data);
-  run_pipelined(
-      chunks, [](std::size_t) {},
-      [&](std::size_t k) {
-        const ChunkRange r = chunk_range(c, chunks, k);
-        const std::size_t length = r.end - r.begin;
-        across_->all_gather(part(input, r.begin, length), over(lane(k), input, hosts * length), deadline);
+  pipelined_pieces(
+      c, chunks, [](std::size_t, std::size_t, std::size_t) {},
+      [&](std::size_t k, std::size_t begin, std::size_t length) {
+        across_->all_gather(part(input, begin, length), over(lane(k), input, hosts * length), deadline);
       },
-      [&](std::size_t k) {
-        const ChunkRange r = chunk_range(c, chunks, k);
-        const std::size_t length = r.end - r.begin;
+      [&](std::size_t k, std::size_t begin, std::size_t length) {
         char* all = lane(k) + hosts * most * e;
         host_->all_gather(over(lane(k), input, hosts * length), over(all, input, locals * hosts * length), deadline);
-        for (std::size_t l = 0; l < locals; ++l) {
-          for (std::size_t h = 0; h < hosts; ++h) {
-            copy(out + static_cast<std::size_t>(plan_.hosts[h][l]) * block + r.begin * e,
-                 all + (l * hosts + h) * length * e, length * e);
-          }
-        }
-      },
-      kSlots);
+        for_each_piece(Order::ByLane, [&](std::size_t piece, std::size_t rank) {
+          copy(out + rank * block + begin * e, all + piece * length * e, length * e);
+        });
+      });
 }
 
 void Hierarchy::reduce_scatter(Buffer input, Buffer output, ReduceOp op, Deadline deadline) {
@@ -156,28 +159,21 @@ void Hierarchy::reduce_scatter(Buffer input, Buffer output, ReduceOp op, Deadlin
   char* ordered = scratch((locals * hosts + kSlots * hosts) * most * e, once);
   const auto lane = [&](std::size_t k) { return ordered + (locals * hosts + (k % kSlots) * hosts) * most * e; };
   const char* in = static_cast<const char*>(input.data);
-  run_pipelined(
-      chunks,
-      [&](std::size_t k) {
-        const ChunkRange r = chunk_range(c, chunks, k);
-        const std::size_t length = r.end - r.begin;
-        for (std::size_t l = 0; l < locals; ++l) {
-          for (std::size_t h = 0; h < hosts; ++h) {
-            copy(ordered + (l * hosts + h) * length * e,
-                 in + static_cast<std::size_t>(plan_.hosts[h][l]) * block + r.begin * e, length * e);
-          }
-        }
+  pipelined_pieces(
+      c, chunks,
+      [&](std::size_t k, std::size_t begin, std::size_t length) {
+        for_each_piece(Order::ByLane, [&](std::size_t piece, std::size_t rank) {
+          copy(ordered + piece * length * e, in + rank * block + begin * e, length * e);
+        });
         host_->reduce_scatter(over(ordered, output, locals * hosts * length), over(lane(k), output, hosts * length), op,
                               deadline);
       },
-      [&](std::size_t k) {
-        const ChunkRange r = chunk_range(c, chunks, k);
-        const std::size_t length = r.end - r.begin;
+      [&](std::size_t k, std::size_t begin, std::size_t length) {
         ring_reduce_scatter(*across_, over(lane(k), output, hosts * length), std::vector<std::size_t>(hosts, length), op,
                             deadline);
-        copy(static_cast<char*>(output.data) + r.begin * e, lane(k) + across_->rank() * length * e, length * e);
+        copy(static_cast<char*>(output.data) + begin * e, lane(k) + across_->rank() * length * e, length * e);
       },
-      [](std::size_t) {}, kSlots);
+      [](std::size_t, std::size_t, std::size_t) {});
 }
 
 std::vector<std::size_t> Hierarchy::host_counts(std::size_t length) const {
@@ -197,35 +193,25 @@ void Hierarchy::leaders_all_gather(Buffer input, Buffer output, Deadline deadlin
   char* slots = scratch(kSlots * world * most * e, once);
   const auto slot = [&](std::size_t k) { return slots + (k % kSlots) * world * most * e; };
   char* out = static_cast<char*>(output.data);
-  run_pipelined(
-      chunks,
-      [&](std::size_t k) {
-        const ChunkRange r = chunk_range(c, chunks, k);
-        const std::size_t length = r.end - r.begin;
+  pipelined_pieces(
+      c, chunks,
+      [&](std::size_t k, std::size_t begin, std::size_t length) {
         char* run = slot(k) + first_[static_cast<std::size_t>(plan_.host)] * length * e;
         if (host_) {
-          host_->all_gather(part(input, r.begin, length), over(run, input, mine * length), deadline);
+          host_->all_gather(part(input, begin, length), over(run, input, mine * length), deadline);
         } else {
-          copy(run, static_cast<const char*>(input.data) + r.begin * e, length * e);
+          copy(run, static_cast<const char*>(input.data) + begin * e, length * e);
         }
       },
-      [&](std::size_t k) {
-        const ChunkRange r = chunk_range(c, chunks, k);
-        const std::size_t length = r.end - r.begin;
+      [&](std::size_t k, std::size_t, std::size_t length) {
         if (plan_.local == 0) ring_all_gather(*across_, over(slot(k), input, world * length), host_counts(length), deadline);
       },
-      [&](std::size_t k) {
-        const ChunkRange r = chunk_range(c, chunks, k);
-        const std::size_t length = r.end - r.begin;
+      [&](std::size_t k, std::size_t begin, std::size_t length) {
         if (host_) host_->broadcast(over(slot(k), input, world * length), 0, deadline);
-        for (std::size_t h = 0; h < plan_.hosts.size(); ++h) {
-          for (std::size_t l = 0; l < plan_.hosts[h].size(); ++l) {
-            copy(out + static_cast<std::size_t>(plan_.hosts[h][l]) * block + r.begin * e,
-                 slot(k) + (first_[h] + l) * length * e, length * e);
-          }
-        }
-      },
-      kSlots);
+        for_each_piece(Order::ByHost, [&](std::size_t piece, std::size_t rank) {
+          copy(out + rank * block + begin * e, slot(k) + piece * length * e, length * e);
+        });
+      });
 }
 
 void Hierarchy::leaders_reduce_scatter(Buffer input, Buffer output, ReduceOp op, Deadline deadline) {
@@ -239,35 +225,25 @@ void Hierarchy::leaders_reduce_scatter(Buffer input, Buffer output, ReduceOp op,
   char* slots = scratch(kSlots * world * most * e, once);
   const auto slot = [&](std::size_t k) { return slots + (k % kSlots) * world * most * e; };
   const char* in = static_cast<const char*>(input.data);
-  run_pipelined(
-      chunks,
-      [&](std::size_t k) {
-        const ChunkRange r = chunk_range(c, chunks, k);
-        const std::size_t length = r.end - r.begin;
-        for (std::size_t h = 0; h < plan_.hosts.size(); ++h) {
-          for (std::size_t l = 0; l < plan_.hosts[h].size(); ++l) {
-            copy(slot(k) + (first_[h] + l) * length * e,
-                 in + static_cast<std::size_t>(plan_.hosts[h][l]) * block + r.begin * e, length * e);
-          }
-        }
+  pipelined_pieces(
+      c, chunks,
+      [&](std::size_t k, std::size_t begin, std::size_t length) {
+        for_each_piece(Order::ByHost, [&](std::size_t piece, std::size_t rank) {
+          copy(slot(k) + piece * length * e, in + rank * block + begin * e, length * e);
+        });
         if (host_) host_->reduce(over(slot(k), output, world * length), op, 0, deadline);
       },
-      [&](std::size_t k) {
-        const ChunkRange r = chunk_range(c, chunks, k);
-        const std::size_t length = r.end - r.begin;
+      [&](std::size_t k, std::size_t, std::size_t length) {
         if (plan_.local == 0) {
           ring_reduce_scatter(*across_, over(slot(k), output, world * length), host_counts(length), op, deadline);
         }
       },
-      [&](std::size_t k) {
-        const ChunkRange r = chunk_range(c, chunks, k);
-        const std::size_t length = r.end - r.begin;
+      [&](std::size_t k, std::size_t begin, std::size_t length) {
         char* run = slot(k) + run_at * length * e;
         if (host_) host_->broadcast(over(run, output, mine * length), 0, deadline);
-        copy(static_cast<char*>(output.data) + r.begin * e, run + static_cast<std::size_t>(plan_.local) * length * e,
+        copy(static_cast<char*>(output.data) + begin * e, run + static_cast<std::size_t>(plan_.local) * length * e,
              length * e);
-      },
-      kSlots);
+      });
 }
 
 std::string encode_thresholds(const Hierarchy::Thresholds& t) {

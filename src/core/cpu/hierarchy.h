@@ -75,9 +75,25 @@ class Hierarchy {
   // all_gather's and reduce_scatter's chunks of a block of `count` elements: each chunk moves at
   // most gather_chunk_bytes of the whole group's data, and there is always one.
   std::size_t gather_chunks(std::size_t count, DataType dtype) const;
+  // run_pipelined over a block of `count` elements cut in `chunks`, with kSlots in flight, each
+  // stage given chunk k, its first element and its length.
+  template <typename First, typename Second, typename Third>
+  void pipelined_pieces(std::size_t count, std::size_t chunks, First first, Second second, Third third);
   // The leaders' shape of the two.
   void leaders_all_gather(Buffer input, Buffer output, Deadline deadline);
   void leaders_reduce_scatter(Buffer input, Buffer output, ReduceOp op, Deadline deadline);
+  // Calls f(piece, rank) for every group rank, its piece in a chunk's scratch being number
+  // l * H + h for rank hosts[h][l] (ByLane: the striped shape's order) or first_[h] + l (ByHost).
+  enum class Order { ByLane, ByHost };
+  template <typename F>
+  void for_each_piece(Order order, F f) const {
+    const std::size_t hosts = plan_.hosts.size();
+    for (std::size_t h = 0; h < hosts; ++h) {
+      for (std::size_t l = 0; l < plan_.hosts[h].size(); ++l) {
+        f(order == Order::ByLane ? l * hosts + h : first_[h] + l, static_cast<std::size_t>(plan_.hosts[h][l]));
+      }
+    }
+  }
   // Each host's run of `length` elements per rank, for the leaders' rings.
   std::vector<std::size_t> host_counts(std::size_t length) const;
   // Their scratch: chunk k in slot k % kSlots, so that the link fills one slot while the host
