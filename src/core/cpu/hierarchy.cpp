@@ -169,8 +169,8 @@ void Hierarchy::reduce_scatter(Buffer input, Buffer output, ReduceOp op, Deadlin
                               deadline);
       },
       [&](std::size_t k, std::size_t begin, std::size_t length) {
-        ring_reduce_scatter(*across_, over(lane(k), output, hosts * length), std::vector<std::size_t>(hosts, length), op,
-                            deadline);
+        const std::vector<std::size_t> counts(hosts, length);
+        ring_reduce_scatter(*across_, over(lane(k), output, hosts * length), counts, op, deadline);
         copy(static_cast<char*>(output.data) + begin * e, lane(k) + across_->rank() * length * e, length * e);
       },
       [](std::size_t, std::size_t, std::size_t) {});
@@ -204,7 +204,9 @@ void Hierarchy::leaders_all_gather(Buffer input, Buffer output, Deadline deadlin
         }
       },
       [&](std::size_t k, std::size_t, std::size_t length) {
-        if (plan_.local == 0) ring_all_gather(*across_, over(slot(k), input, world * length), host_counts(length), deadline);
+        if (plan_.local == 0) {
+          ring_all_gather(*across_, over(slot(k), input, world * length), host_counts(length), deadline);
+        }
       },
       [&](std::size_t k, std::size_t begin, std::size_t length) {
         if (host_) host_->broadcast(over(slot(k), input, world * length), 0, deadline);
@@ -287,8 +289,9 @@ void ring_reduce_scatter(Backend& group, Buffer data, const std::vector<std::siz
   for (int s = 0; s + 1 < n; ++s) {
     const auto send = static_cast<std::size_t>((r - s - 1 + 2 * n) % n);
     const auto recv = static_cast<std::size_t>((r - s - 2 + 2 * n) % n);
-    auto received = group.post_recv(over(incoming, data, counts[recv]), prev, static_cast<std::uint32_t>(s));
-    auto sent = group.post_send(part(data, segment_at(counts, send), counts[send]), next, static_cast<std::uint32_t>(s));
+    const auto tag = static_cast<std::uint32_t>(s);
+    auto received = group.post_recv(over(incoming, data, counts[recv]), prev, tag);
+    auto sent = group.post_send(part(data, segment_at(counts, send), counts[send]), next, tag);
     received(deadline);
     sent(deadline);
     const Buffer into = part(data, segment_at(counts, recv), counts[recv]);
@@ -303,8 +306,9 @@ void ring_all_gather(Backend& group, Buffer data, const std::vector<std::size_t>
   for (int s = 0; s + 1 < n; ++s) {
     const auto send = static_cast<std::size_t>((r - s + n) % n);
     const auto recv = static_cast<std::size_t>((r - s - 1 + 2 * n) % n);
-    auto received = group.post_recv(part(data, segment_at(counts, recv), counts[recv]), prev, static_cast<std::uint32_t>(s));
-    auto sent = group.post_send(part(data, segment_at(counts, send), counts[send]), next, static_cast<std::uint32_t>(s));
+    const auto tag = static_cast<std::uint32_t>(s);
+    auto received = group.post_recv(part(data, segment_at(counts, recv), counts[recv]), prev, tag);
+    auto sent = group.post_send(part(data, segment_at(counts, send), counts[send]), next, tag);
     received(deadline);
     sent(deadline);
   }

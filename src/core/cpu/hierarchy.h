@@ -28,9 +28,10 @@
 //                   each host's run is its ranks' blocks, and each leader broadcasts its run.
 //
 // Every op is cut in chunks (Tuning::stripe_chunk_bytes; all_gather and reduce_scatter cut each
-// rank's block so that a chunk of the whole group's data fits in gather_chunk_bytes) and pipelined (pipeline.h): the
-// network carries chunk k while shared memory works on chunks k + 1 and k - 1 (all_gather: k - 1
-// gathered on the host and put in place; reduce_scatter: k + 1 reordered and reduced).
+// rank's block so that a chunk of the whole group's data fits in gather_chunk_bytes) and
+// pipelined (pipeline.h): the network carries chunk k while shared memory works on chunks k + 1
+// and k - 1 (all_gather: k - 1 gathered on the host and put in place; reduce_scatter: k + 1
+// reordered and reduced).
 // Every rank takes the same path and the same chunks for the same arguments: the shape comes from
 // the plan every rank derives alike, the thresholds from group rank 0.
 #pragma once
