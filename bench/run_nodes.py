@@ -58,7 +58,6 @@ class Nodes:
         self.sizes = ranks_per_node * nodes if len(ranks_per_node) == 1 else list(ranks_per_node)
         if len(self.sizes) != nodes:
             raise SystemExit("--ranks-per-node takes one count or one per node (%d nodes)" % nodes)
-        self.ranks_per_node = "+".join(map(str, ranks_per_node)) if len(set(self.sizes)) > 1 else self.sizes[0]
         self.switch = PREFIX + "-switch"
         self.names = ["%s-node%d" % (PREFIX, k) for k in range(nodes)]
         self.master_addr = SUBNET + "1"
@@ -82,6 +81,11 @@ class Nodes:
             # (netem under the sending node's bucket).
             shape(ns, "eth0", rate, delay)
             shape(self.switch, port, rate, None)
+
+    @property
+    def ranks_per_node(self):
+        """For the tables' titles: "2", or "2+3" for unequal nodes."""
+        return str(self.sizes[0]) if len(set(self.sizes)) == 1 else "+".join(map(str, self.sizes))
 
     def rank(self, rank, world):
         """run_ranks_output's placement: the argv prefix and environment of `rank`."""

@@ -1,7 +1,6 @@
 #include "cpu/hierarchy.h"
 
 #include <algorithm>
-#include <cstring>
 #include <optional>
 
 #include "cpu/pipeline.h"
@@ -11,13 +10,6 @@
 #include "util/strings.h"
 
 namespace ddp::detail {
-namespace {
-
-void copy(void* dst, const void* src, std::size_t bytes) {
-  if (bytes > 0) std::memcpy(dst, src, bytes);
-}
-
-}  // namespace
 
 Hierarchy::Hierarchy(shm::Plan plan, shm::HostCollectives* host, Backend* across, Thresholds thresholds)
     : plan_(std::move(plan)),
@@ -113,7 +105,7 @@ char* Hierarchy::scratch(std::size_t bytes, Storage& once) {
   // here), more than a chunk's shared-memory work.
   Storage& use = thresholds_.gather_chunk_bytes > 0 && bytes <= 3 * thresholds_.gather_chunk_bytes ? scratch_ : once;
   if (use.bytes < bytes) {
-    use.data.reset();
+    use.data.reset();  // before the new one: never both at once
     use.data.reset(new char[bytes]);
     use.bytes = bytes;
   }
@@ -140,7 +132,7 @@ void Hierarchy::all_gather(Buffer input, Buffer output, Deadline deadline) {
         char* all = lane(k) + hosts * most * e;
         host_->all_gather(over(lane(k), input, hosts * length), over(all, input, locals * hosts * length), deadline);
         for_each_piece(Order::ByLane, [&](std::size_t piece, std::size_t rank) {
-          copy(out + rank * block + begin * e, all + piece * length * e, length * e);
+          copy_bytes(out + rank * block + begin * e, all + piece * length * e, length * e);
         });
       });
 }
@@ -163,7 +155,7 @@ void Hierarchy::reduce_scatter(Buffer input, Buffer output, ReduceOp op, Deadlin
       c, chunks,
       [&](std::size_t k, std::size_t begin, std::size_t length) {
         for_each_piece(Order::ByLane, [&](std::size_t piece, std::size_t rank) {
-          copy(ordered + piece * length * e, in + rank * block + begin * e, length * e);
+          copy_bytes(ordered + piece * length * e, in + rank * block + begin * e, length * e);
         });
         host_->reduce_scatter(over(ordered, output, locals * hosts * length), over(lane(k), output, hosts * length), op,
                               deadline);
@@ -171,7 +163,7 @@ void Hierarchy::reduce_scatter(Buffer input, Buffer output, ReduceOp op, Deadlin
       [&](std::size_t k, std::size_t begin, std::size_t length) {
         const std::vector<std::size_t> counts(hosts, length);
         ring_reduce_scatter(*across_, over(lane(k), output, hosts * length), counts, op, deadline);
-        copy(static_cast<char*>(output.data) + begin * e, lane(k) + across_->rank() * length * e, length * e);
+        copy_bytes(static_cast<char*>(output.data) + begin * e, lane(k) + across_->rank() * length * e, length * e);
       },
       [](std::size_t, std::size_t, std::size_t) {});
 }
@@ -200,7 +192,7 @@ void Hierarchy::leaders_all_gather(Buffer input, Buffer output, Deadline deadlin
         if (host_) {
           host_->all_gather(part(input, begin, length), over(run, input, mine * length), deadline);
         } else {
-          copy(run, static_cast<const char*>(input.data) + begin * e, length * e);
+          copy_bytes(run, static_cast<const char*>(input.data) + begin * e, length * e);
         }
       },
       [&](std::size_t k, std::size_t, std::size_t length) {
@@ -211,7 +203,7 @@ void Hierarchy::leaders_all_gather(Buffer input, Buffer output, Deadline deadlin
       [&](std::size_t k, std::size_t begin, std::size_t length) {
         if (host_) host_->broadcast(over(slot(k), input, world * length), 0, deadline);
         for_each_piece(Order::ByHost, [&](std::size_t piece, std::size_t rank) {
-          copy(out + rank * block + begin * e, slot(k) + piece * length * e, length * e);
+          copy_bytes(out + rank * block + begin * e, slot(k) + piece * length * e, length * e);
         });
       });
 }
@@ -231,7 +223,7 @@ void Hierarchy::leaders_reduce_scatter(Buffer input, Buffer output, ReduceOp op,
       c, chunks,
       [&](std::size_t k, std::size_t begin, std::size_t length) {
         for_each_piece(Order::ByHost, [&](std::size_t piece, std::size_t rank) {
-          copy(slot(k) + piece * length * e, in + rank * block + begin * e, length * e);
+          copy_bytes(slot(k) + piece * length * e, in + rank * block + begin * e, length * e);
         });
         if (host_) host_->reduce(over(slot(k), output, world * length), op, 0, deadline);
       },
@@ -243,7 +235,7 @@ void Hierarchy::leaders_reduce_scatter(Buffer input, Buffer output, ReduceOp op,
       [&](std::size_t k, std::size_t begin, std::size_t length) {
         char* run = slot(k) + run_at * length * e;
         if (host_) host_->broadcast(over(run, output, mine * length), 0, deadline);
-        copy(static_cast<char*>(output.data) + begin * e, run + static_cast<std::size_t>(plan_.local) * length * e,
+        copy_bytes(static_cast<char*>(output.data) + begin * e, run + static_cast<std::size_t>(plan_.local) * length * e,
              length * e);
       });
 }

@@ -3,10 +3,10 @@
 #include <sched.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "shm/kernels.h"
 #include "shm/op_signature.h"
+#include "util/buffers.h"
 
 namespace ddp::detail::shm {
 namespace {
@@ -20,10 +20,6 @@ bool oversubscribed(int ranks) {
 }
 
 std::size_t ceil_div(std::size_t a, std::size_t b) { return (a + b - 1) / b; }
-
-void copy(void* dst, const void* src, std::size_t bytes) {
-  if (bytes > 0 && dst != src) std::memcpy(dst, src, bytes);
-}
 
 }  // namespace
 
@@ -54,7 +50,7 @@ void HostCollectives::reduce_to(Buffer data, ReduceOp op, int root, Deadline dea
     // One step: everyone's whole buffer, reduced where needed.
     const std::uint32_t s = sync_.next_step();
     sync_.ready_to_write(s, deadline, what);
-    copy(slot(me, s), base, count * e);
+    copy_bytes(slot(me, s), base, count * e);
     sync_.publish(s, deadline, what);
     if (!gets_result) return;
     sync_.wait_all(s, deadline, what);
@@ -81,7 +77,7 @@ void HostCollectives::reduce_to(Buffer data, ReduceOp op, int root, Deadline dea
       if (q == me) continue;
       std::size_t len;
       const std::size_t at = piece(count, data.dtype, q, j, len);
-      copy(base + at * e, slot(q, b) + q * layout_.chunk, len * e);
+      copy_bytes(base + at * e, slot(q, b) + q * layout_.chunk, len * e);
     }
   }
 }
@@ -120,7 +116,7 @@ void HostCollectives::step_a(Buffer data, std::size_t j, Deadline deadline, cons
     if (q == me) continue;
     std::size_t length;
     const std::size_t begin = piece(data.count, data.dtype, q, j, length);
-    copy(mine + q * layout_.chunk, base + begin * e, length * e);
+    copy_bytes(mine + q * layout_.chunk, base + begin * e, length * e);
   }
   sync_.publish(a, deadline, what);
   sync_.wait_all(a, deadline, what);
@@ -151,13 +147,13 @@ void HostCollectives::gather_shares(Buffer data, Deadline deadline, const char* 
     sync_.ready_to_write(s, deadline, what);
     std::size_t length;
     const std::size_t begin = piece(data.count, data.dtype, me, j, length);
-    copy(slot(me, s), base + begin * e, length * e);
+    copy_bytes(slot(me, s), base + begin * e, length * e);
     sync_.publish(s, deadline, what);
     sync_.wait_all(s, deadline, what);
     for (int q = 0; q < n; ++q) {
       if (q == me) continue;
       const std::size_t at = piece(data.count, data.dtype, q, j, length);
-      copy(base + at * e, slot(q, s), length * e);
+      copy_bytes(base + at * e, slot(q, s), length * e);
     }
   }
 }
@@ -176,7 +172,7 @@ void HostCollectives::reduce_scatter(Buffer input, Buffer output, ReduceOp op, D
     sync_.ready_to_write(s, deadline, "reduce_scatter");
     char* mine = slot(me, s);
     for (int q = 0; q < n; ++q) {
-      if (q != me) copy(mine + q * layout_.chunk, in + (q * count + begin) * e, length * e);
+      if (q != me) copy_bytes(mine + q * layout_.chunk, in + (q * count + begin) * e, length * e);
     }
     sync_.publish(s, deadline, "reduce_scatter");
     sync_.wait_all(s, deadline, "reduce_scatter");
@@ -195,11 +191,11 @@ void HostCollectives::broadcast(Buffer data, int root, Deadline deadline) {
     const std::uint32_t s = sync_.next_step();
     if (me == root) {
       sync_.ready_to_write(s, deadline, "broadcast");
-      copy(slot(me, s), base + off, length);
+      copy_bytes(slot(me, s), base + off, length);
       sync_.publish(s, deadline, "broadcast");
     } else {
       sync_.wait_for(root, s, deadline, "broadcast");
-      copy(base + off, slot(root, s), length);
+      copy_bytes(base + off, slot(root, s), length);
       sync_.publish(s, deadline, "broadcast");
     }
   }
@@ -215,12 +211,12 @@ void HostCollectives::all_gather(Buffer input, Buffer output, Deadline deadline)
     const std::size_t length = std::min(per, bytes - off);
     const std::uint32_t s = sync_.next_step();
     sync_.ready_to_write(s, deadline, "all_gather");
-    copy(slot(me, s), in + off, length);
+    copy_bytes(slot(me, s), in + off, length);
     sync_.publish(s, deadline, "all_gather");
-    copy(out + me * bytes + off, in + off, length);  // nothing when gathering in place
+    copy_bytes(out + me * bytes + off, in + off, length);  // nothing when gathering in place
     sync_.wait_all(s, deadline, "all_gather");
     for (int p = 0; p < n; ++p) {
-      if (p != me) copy(out + p * bytes + off, slot(p, s), length);
+      if (p != me) copy_bytes(out + p * bytes + off, slot(p, s), length);
     }
   }
 }

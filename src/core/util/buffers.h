@@ -1,8 +1,10 @@
 // Small helpers over ddp::Buffer for backends that stage data on the host: a copy of a buffer's
-// bytes, a buffer of the same type over scratch storage, and a sub-range of a buffer.
+// bytes, a buffer of the same type over scratch storage, a sub-range of a buffer, and a memcpy
+// that may be handed empty or in-place ranges.
 #pragma once
 
 #include <cstddef>
+#include <cstring>
 #include <vector>
 
 #include "ddp/types.h"
@@ -22,6 +24,11 @@ inline Buffer over(void* data, Buffer like, std::size_t count) {
 }
 inline Buffer over(std::vector<char>& storage, Buffer like, std::size_t count) {
   return over(storage.data(), like, count);
+}
+
+// memcpy, except that nothing is copied for no bytes (whose pointers may be null) or onto itself.
+inline void copy_bytes(void* dst, const void* src, std::size_t bytes) {
+  if (bytes > 0 && dst != src) std::memcpy(dst, src, bytes);
 }
 
 // Elements [begin, begin + length) of `data`.
