@@ -1,6 +1,8 @@
 // float32 all_reduce timing on one rank of a ddp job (run one process per rank; see
 // run_allreduce.py). Prints one line per size: "<bytes> <median microseconds per op>".
-//   allreduce_bench [--min-bytes N] [--max-bytes N] [--backend gloo] [--repeats R] [--op OP]
+//   allreduce_bench [--min-bytes N] [--max-bytes N] [--backend gloo] [--repeats R] [--op OP] [--shared]
+// --shared puts the buffers in the group's shared memory (ProcessGroup::allocate_shared_memory),
+// which the peers on the host read where it is.
 // --op times another collective of the same bytes instead: broadcast (from rank 0), all_gather
 // (the bytes are the output, world size inputs) or reduce_scatter (the bytes are the input).
 // With --memcpy, one process times a single-core memcpy of each size instead (the yardstick for
@@ -49,12 +51,12 @@ int main(int argc, char** argv) {
   std::size_t min_bytes = 4 << 10, max_bytes = 256 << 20;
   int repeats = 5;
   std::string backend = "gloo";
-  bool memcpy_only = false;
+  bool memcpy_only = false, shared = false;
   std::string op = "all_reduce";
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
-    if (flag == "--memcpy") {
-      memcpy_only = true;
+    if (flag == "--memcpy" || flag == "--shared") {
+      (flag == "--memcpy" ? memcpy_only : shared) = true;
       continue;
     }
     if (i + 1 >= argc) break;
@@ -74,7 +76,23 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "allreduce_bench: --op %s is not all_reduce, broadcast, all_gather or reduce_scatter\n", op.c_str());
     return 2;
   }
-  std::vector<float> data(max_bytes / sizeof(float), 1.0f), other(max_bytes / sizeof(float), 1.0f);
+  const std::size_t n = max_bytes / sizeof(float);
+  auto allocate = [&]() -> std::shared_ptr<float> {
+    std::shared_ptr<void> memory = shared ? group->allocate_shared_memory(n * sizeof(float)) : nullptr;
+    if (shared && !memory) {
+      std::fprintf(stderr, "allreduce_bench: --shared, but this group has no shared memory (one rank per host?)\n");
+      std::exit(2);
+    }
+    if (!memory) memory = std::shared_ptr<void>(new float[n], [](void* p) { delete[] static_cast<float*>(p); });
+    auto typed = std::static_pointer_cast<float>(memory);
+    std::fill(typed.get(), typed.get() + n, 1.0f);
+    return typed;
+  };
+  const auto data_memory = allocate(), other_memory = allocate();
+  struct View {
+    float* p;
+    float* data() const { return p; }
+  } data{data_memory.get()}, other{other_memory.get()};
   const auto world = static_cast<std::size_t>(group->size());
   // Blocking ops, as torch.distributed's (async_op=False) are timed beside them.
   auto all_reduce = [&](std::size_t count) {

@@ -7,13 +7,16 @@ bandwidth as a yardstick. Prints markdown tables in the style of nccl-tests (tim
 docs/BENCHMARKS.md.
 
     /usr/bin/python3 bench/run_allreduce.py --build build [--worlds 2 4] [--max-bytes 268435456] [--rounds 2]
-                                             [--baseline OTHER_BUILD]
+                                             [--baseline OTHER_BUILD] [--shared-buffers]
 
 --no-mpi leaves the MPI columns out (they are also left out, with a note, when an MPI's mpicc is not
 installed: Debian's libopenmpi-dev + openmpi-bin, libmpich-dev + mpich).
 
 --baseline adds the same ddp columns from another build (an earlier commit's), alternated in the
 same rounds: a before/after comparison that drift cannot skew.
+
+--shared-buffers adds ddp with its buffers in the group's shared memory (allocate_shared_memory,
+which the peers read where it is), and its ratios to ddp's ordinary buffers and to the best MPI.
 
 busbw = algbw * 2(n-1)/n, the bandwidth each rank's link must sustain for a ring all_reduce.
 With --rounds R every configuration runs R times and each cell is the median.
@@ -141,6 +144,9 @@ def ratio(peer_us, ddp_us):
     return peer_us / ddp_us if peer_us and peer_us != float("inf") else float("nan")
 
 
+SHARED = "ddp shm, shared buffer"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--build", default="build")
@@ -153,6 +159,8 @@ def main():
                         help="also time ddp with DDP_DEBUG=1 (the collective agreement check)")
     parser.add_argument("--no-mpi", action="store_true", help="leave out the Open MPI and MPICH columns")
     parser.add_argument("--baseline", help="another build dir whose ddp runs beside this one (before/after)")
+    parser.add_argument("--shared-buffers", action="store_true",
+                        help="also time ddp with its buffers in shared memory (allocate_shared_memory)")
     args = parser.parse_args()
     sizes = ["--min-bytes", str(args.min_bytes), "--max-bytes", str(args.max_bytes), "--repeats", str(args.repeats)]
     binary = os.path.join(args.build, "bench", "allreduce_bench")
@@ -171,6 +179,8 @@ def main():
     sys.stdout.flush()
 
     configs = [("ddp shm", ddp_cmd, {}), ("ddp gloo", ddp_cmd, {"DDP_SHM": "0"})]
+    if args.shared_buffers:
+        configs.insert(1, (SHARED, ddp_cmd + ["--shared"], {}))
     if args.debug_check:
         configs.append(("ddp shm DDP_DEBUG=1", ddp_cmd, {"DDP_DEBUG": "1"}))
     if args.baseline:
@@ -194,8 +204,11 @@ def main():
         header = "| size | " + " | ".join("%s time (us) | %s busbw (GB/s)" % (n, n) for n in names)
         mpis = [n for n in names if n in dict((m[0], m) for m in MPIS)]
         header += " | shm / PyTorch busbw |" + ("" if not mpis else " shm / best MPI busbw |") + " shm busbw / memcpy |"
+        shared = SHARED in results
+        if shared:
+            header += " shared / shm busbw |" + ("" if not mpis else " shared / best MPI busbw |")
         print(header)
-        print("|" + "---|" * (1 + 2 * len(names) + 2 + (1 if mpis else 0)))
+        print("|" + "---|" * (1 + 2 * len(names) + 2 + (1 if mpis else 0) + (0 if not shared else 1 + bool(mpis))))
         for size in sorted(results["ddp shm"]):
             cells = []
             for n in names:
@@ -205,8 +218,14 @@ def main():
             ratios = ["%.1fx" % ratio(results["PyTorch gloo"].get(size), shm_us)]
             if mpis:  # the faster MPI at this size; > 1 means ddp is faster
                 ratios.append("%.2fx" % ratio(min((results[n].get(size) or float("inf")) for n in mpis), shm_us))
-            print("| %s | %s | %s | %.0f%% |" % (human(size), " | ".join(cells), " | ".join(ratios),
-                                                 100 * busbw(size, shm_us, world) / yardstick))
+            row = "| %s | %s | %s | %.0f%% |" % (human(size), " | ".join(cells), " | ".join(ratios),
+                                                100 * busbw(size, shm_us, world) / yardstick)
+            if shared:
+                shared_us = results[SHARED].get(size)
+                row += " %.2fx |" % ratio(shm_us, shared_us)
+                if mpis:
+                    row += " %.2fx |" % ratio(min((results[n].get(size) or float("inf")) for n in mpis), shared_us)
+            print(row)
         sys.stdout.flush()
 
 

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -75,6 +76,13 @@ class Backend {
   // input and output hold size() equal chunks; chunk j of rank i goes to chunk i of rank j.
   // Default: an all_gather of every rank's input.
   virtual void all_to_all(Buffer input, Buffer output, Deadline deadline);
+
+  // Host memory that this rank's peers can read where it is (ProcessGroup::allocate_shared_memory),
+  // or null (the default) when the backend has none. May be called from any thread.
+  virtual std::shared_ptr<void> allocate_shared(std::size_t bytes) {
+    (void)bytes;
+    return nullptr;
+  }
 };
 
 // What a backend factory gets.

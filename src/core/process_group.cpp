@@ -274,6 +274,11 @@ std::string_view ProcessGroup::backend_name() const { return state_->backend_nam
 bool ProcessGroup::accepts(const Device& device) const { return state_->backend->accepts(device); }
 std::chrono::milliseconds ProcessGroup::timeout() const { return state_->timeout(); }
 
+std::shared_ptr<void> ProcessGroup::allocate_shared_memory(std::size_t bytes) {
+  if (bytes == 0) throw InvalidArgument("allocate_shared_memory: the size is 0; ask for at least one byte");
+  return state_->backend->allocate_shared(bytes);
+}
+
 void ProcessGroup::set_timeout(std::chrono::milliseconds timeout) {
   if (timeout <= std::chrono::milliseconds(0)) {
     throw InvalidArgument(cat("set_timeout: the timeout must be positive, got ", timeout.count(), " ms"));

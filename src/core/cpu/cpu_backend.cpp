@@ -82,6 +82,10 @@ class CpuBackend final : public Backend {
   Waiter post_send(Buffer data, int dst, std::uint32_t tag) override { return gloo_->post_send(data, dst, tag); }
   Waiter post_recv(Buffer data, int src, std::uint32_t tag) override { return gloo_->post_recv(data, src, tag); }
 
+  std::shared_ptr<void> allocate_shared(std::size_t bytes) override {
+    return host_ ? host_->allocate_shared(bytes) : nullptr;
+  }
+
   void abort() noexcept override {
     if (host_) host_->abort();
     gloo_->abort();

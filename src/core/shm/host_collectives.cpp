@@ -4,9 +4,12 @@
 
 #include <algorithm>
 
+#include "ddp/error.h"
 #include "shm/kernels.h"
 #include "shm/op_signature.h"
 #include "util/buffers.h"
+#include "util/error_kind.h"
+#include "util/strings.h"
 
 namespace ddp::detail::shm {
 namespace {
@@ -21,15 +24,26 @@ bool oversubscribed(int ranks) {
 
 std::size_t ceil_div(std::size_t a, std::size_t b) { return (a + b - 1) / b; }
 
+std::vector<pid_t> pids_of(const PeerWatch& watch, int ranks) {
+  std::vector<pid_t> pids;
+  for (int i = 0; i < ranks; ++i) pids.push_back(watch.pid(i));
+  return pids;
+}
+
 }  // namespace
 
 HostCollectives::HostCollectives(Segment segment, const Layout& layout, int me, std::vector<int> names, PeerWatch watch,
                                  const Tuning& tuning)
     : segment_(std::move(segment)),
       layout_(layout),
+      buffers_(std::make_shared<SharedBuffers>(segment_.data(), layout_, me, pids_of(watch, layout.ranks))),
       sync_(segment_.data(), layout_, me, std::move(names), std::move(watch), tuning.spin, oversubscribed(layout.ranks)),
       small_bytes_(tuning.small_bytes),
-      srcs_(static_cast<std::size_t>(layout.ranks)) {}
+      srcs_(static_cast<std::size_t>(layout.ranks)),
+      bases_(static_cast<std::size_t>(layout.ranks)) {}
+
+// Allocations that outlive the group stay ordinary memory; the peers' mappings go with it.
+HostCollectives::~HostCollectives() { buffers_->detach(); }
 
 void HostCollectives::all_reduce(Buffer data, ReduceOp op, Deadline deadline) {
   reduce_to(data, op, -1, deadline, "all_reduce");
@@ -60,15 +74,19 @@ void HostCollectives::reduce_to(Buffer data, ReduceOp op, int root, Deadline dea
   }
 
   const std::size_t rounds = this->rounds(count, data.dtype);
+  const std::uint64_t mine = buffers_->locate(base, count * e);
+  bool shared = false;
   for (std::size_t j = 0; j < rounds; ++j) {
     // Step A: the other shares' chunks in, this share's chunk's sources (srcs_) from everyone's.
-    step_a(data, j, deadline, what);
+    shared = step_a(data, mine, j, deadline, what);
     std::size_t length;
     const std::size_t begin = piece(count, data.dtype, me, j, length);
     // Step B: the reduced chunk goes out through this rank's other buffer (everyone is past step
-    // A - 1, so that buffer is free) and, where this rank keeps the result, into its own data.
+    // A - 1, so that buffer is free) and, where this rank keeps the result, into its own data;
+    // an all_reduce's peers read a shared buffer's result where it is.
     const std::uint32_t b = sync_.next_step();
-    char* out = (root < 0 || root != me) ? slot(me, b) + me * layout_.chunk : nullptr;
+    char* out = root < 0 ? (mine ? nullptr : slot(me, b) + me * layout_.chunk)
+                         : (root != me ? slot(me, b) + me * layout_.chunk : nullptr);
     if (length > 0) shm::reduce(gets_result ? base + begin * e : nullptr, out, srcs_.data(), n, length, data.dtype, op);
     sync_.publish(b, deadline, what);
     if (!gets_result) continue;
@@ -77,9 +95,11 @@ void HostCollectives::reduce_to(Buffer data, ReduceOp op, int root, Deadline dea
       if (q == me) continue;
       std::size_t len;
       const std::size_t at = piece(count, data.dtype, q, j, len);
-      copy_bytes(base + at * e, slot(q, b) + q * layout_.chunk, len * e);
+      const char* from = root < 0 && bases_[q] ? bases_[q] + at * e : slot(q, b) + q * layout_.chunk;
+      copy_bytes(base + at * e, from, len * e);
     }
   }
+  if (shared) release_shared(deadline, what);
 }
 
 HostCollectives::Share share_of(std::size_t count, DataType dtype, int ranks, int index) {
@@ -105,36 +125,67 @@ std::size_t HostCollectives::piece(std::size_t count, DataType dtype, int q, std
   return begin;
 }
 
-void HostCollectives::step_a(Buffer data, std::size_t j, Deadline deadline, const char* what) {
+bool HostCollectives::step_a(Buffer data, std::uint64_t mine, std::size_t j, Deadline deadline, const char* what) {
   const int n = size(), me = rank();
   const std::size_t e = element_size(data.dtype);
   char* base = static_cast<char*>(data.data);
   const std::uint32_t a = sync_.next_step();
   sync_.ready_to_write(a, deadline, what);
-  char* mine = slot(me, a);
-  for (int q = 0; q < n; ++q) {
+  layout_.control(segment_.data(), me)->where[a & 1].store(mine, std::memory_order_relaxed);
+  for (int q = 0; q < n && !mine; ++q) {
     if (q == me) continue;
     std::size_t length;
     const std::size_t begin = piece(data.count, data.dtype, q, j, length);
-    copy_bytes(mine + q * layout_.chunk, base + begin * e, length * e);
+    copy_bytes(slot(me, a) + q * layout_.chunk, base + begin * e, length * e);
   }
   sync_.publish(a, deadline, what);
   sync_.wait_all(a, deadline, what);
+  bool shared = mine != 0;
+  for (int p = 0; p < n; ++p) {
+    if (p == me) continue;
+    const std::uint64_t where = layout_.control(segment_.data(), p)->where[a & 1].load(std::memory_order_relaxed);
+    if (j == 0) bases_[p] = where ? peer_buffer(p, where, data.count * e, what) : nullptr;
+    shared = shared || where;
+  }
   std::size_t length;
   const std::size_t begin = piece(data.count, data.dtype, me, j, length);
-  for (int p = 0; p < n; ++p) srcs_[p] = p == me ? base + begin * e : slot(p, a) + me * layout_.chunk;
+  for (int p = 0; p < n; ++p) {
+    srcs_[p] = p == me ? base + begin * e : bases_[p] ? bases_[p] + begin * e : slot(p, a) + me * layout_.chunk;
+  }
+  return shared;
+}
+
+const char* HostCollectives::peer_buffer(int peer, std::uint64_t where, std::size_t bytes, const char* what) {
+  try {
+    return buffers_->peer(peer, where, bytes);
+  } catch (const Error&) {
+    // A peer killed after publishing its step takes its memory with it.
+    if (sync_.exited(peer)) {
+      throw PeerLostError(cat("shared-memory ", what, ": ", sync_.describe(peer), " exited during it"));
+    }
+    rethrow_with_context(cat("shared-memory ", what, ": ", sync_.describe(peer)));
+  }
+}
+
+void HostCollectives::release_shared(Deadline deadline, const char* what) {
+  const std::uint32_t s = sync_.next_step();
+  sync_.publish(s, deadline, what);
+  sync_.wait_all(s, deadline, what);
 }
 
 void HostCollectives::reduce_share(Buffer data, ReduceOp op, Deadline deadline) {
   const std::size_t e = element_size(data.dtype), rounds = this->rounds(data.count, data.dtype);
   char* base = static_cast<char*>(data.data);
   sync_.begin_op(op_signature(OpKind::ReduceShare, data.dtype, data.count, op));
+  const std::uint64_t mine = buffers_->locate(base, data.count * e);
+  bool shared = false;
   for (std::size_t j = 0; j < rounds; ++j) {
-    step_a(data, j, deadline, "all_reduce");
+    shared = step_a(data, mine, j, deadline, "all_reduce");
     std::size_t length;
     const std::size_t begin = piece(data.count, data.dtype, rank(), j, length);
     if (length > 0) shm::reduce(base + begin * e, nullptr, srcs_.data(), size(), length, data.dtype, op);
   }
+  if (shared) release_shared(deadline, "all_reduce");
 }
 
 void HostCollectives::gather_shares(Buffer data, Deadline deadline, const char* what) {

@@ -17,15 +17,22 @@
 //                       the host, in place; gather_shares then copies every rank's share to all.
 //
 // Buffers alternate per step, so a rank runs up to one step ahead of the slowest one.
+//
+// A buffer in this rank's shared memory (allocate_shared, shared_buffers.h) skips the slots on
+// the large path of all_reduce, reduce and reduce_share: its peers read its chunks where they are
+// and, in all_reduce, its reduced share too; an op where any rank's buffer is read so ends with
+// one step more, after which no peer reads it.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "ddp/types.h"
 #include "shm/layout.h"
 #include "shm/segment.h"
+#include "shm/shared_buffers.h"
 #include "shm/sync.h"
 #include "shm/tuning.h"
 
@@ -38,11 +45,14 @@ class HostCollectives {
   // `me`: this rank's index on the host; `names[i]`: the group rank of index i.
   HostCollectives(Segment segment, const Layout& layout, int me, std::vector<int> names, PeerWatch watch,
                   const Tuning& tuning);
+  ~HostCollectives();
 
   int rank() const { return sync_.me(); }
   int size() const { return layout_.ranks; }
   // The creator's descriptor is no longer needed once every peer has mapped the segment.
   void close_descriptor() { segment_.close_fd(); }
+  // Memory the host's peers read directly (SharedBuffers::allocate).
+  std::shared_ptr<void> allocate_shared(std::size_t bytes) { return buffers_->allocate(bytes); }
 
   void all_reduce(Buffer data, ReduceOp op, Deadline deadline);
   // `root` is an index on this host. Other ranks' data is left as it was.
@@ -69,17 +79,26 @@ class HostCollectives {
  private:
   void reduce_to(Buffer data, ReduceOp op, int root, Deadline deadline, const char* what);  // root -1: every rank
   // The large path's rounds of one chunk per share, round j's piece of share q, and its step A:
-  // the other shares' pieces copied in, srcs_ pointed at everyone's copy of this rank's piece.
+  // the other shares' pieces copied in (unless `mine`, this buffer's place in shared memory, says
+  // the peers read them where they are), srcs_ pointed at everyone's copy of this rank's piece,
+  // and at round 0 bases_ at the peers' buffers where they are shared (null where not). Returns
+  // whether any rank's buffer is shared, the same on every rank.
   std::size_t rounds(std::size_t count, DataType dtype) const;
   std::size_t piece(std::size_t count, DataType dtype, int q, std::size_t j, std::size_t& length) const;
-  void step_a(Buffer data, std::size_t j, Deadline deadline, const char* what);
+  bool step_a(Buffer data, std::uint64_t mine, std::size_t j, Deadline deadline, const char* what);
+  // Peer `peer`'s shared buffer (SharedBuffers::peer), errors naming the peer and the op.
+  const char* peer_buffer(int peer, std::uint64_t where, std::size_t bytes, const char* what);
+  // The step after which no peer reads this rank's shared buffer any more.
+  void release_shared(Deadline deadline, const char* what);
   char* slot(int rank, std::uint32_t step) const { return layout_.slot(segment_.data(), rank, step & 1); }
 
   Segment segment_;
   Layout layout_;
+  std::shared_ptr<SharedBuffers> buffers_;  // before sync_, which takes the peers' watch
   Sync sync_;
   std::size_t small_bytes_;
   std::vector<const void*> srcs_;  // scratch: one source per rank
+  std::vector<const char*> bases_;  // per rank, its shared buffer of the current op (null: none)
 };
 
 // Rank `index`'s share of a buffer of `count` elements of `dtype` cut among `ranks`, as

@@ -69,6 +69,10 @@ class Sync {
   // for it at once. Later waits on any rank throw.
   void abort() noexcept;
 
+  // Whether `peer` has exited, and "rank N (pid P)" for messages.
+  bool exited(int peer) const { return watch_.exited(peer); }
+  std::string describe(int peer) const;
+
  private:
   bool reached(int peer, std::uint32_t step) const;
   void wait_until(int peer, std::uint32_t step, Deadline deadline, std::string_view what);
@@ -76,7 +80,6 @@ class Sync {
   void block_on(int peer, std::uint32_t step, Deadline deadline, std::string_view what);
   void check_abort(std::string_view what) const;
   void check_peers(std::uint32_t step, Deadline deadline, std::string_view what) const;
-  std::string describe(int peer) const;
 
   void* base_;
   Layout layout_;

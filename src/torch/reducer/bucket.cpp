@@ -17,10 +17,20 @@ std::vector<at::Tensor> pick(const std::vector<at::Tensor>& params, const std::v
   return picked;
 }
 
-at::Tensor flat_for(const std::vector<at::Tensor>& params) {
+// Zeros for the bucket; on the CPU in memory the host's peers read where it is, when the group
+// has such memory (the all-reduce then copies nothing through the shared segment).
+at::Tensor flat_for(const std::vector<at::Tensor>& params, ProcessGroup& group) {
   std::int64_t total = 0;
   for (const auto& p : params) total += p.numel();
-  return at::zeros({total}, params.front().options().requires_grad(false));
+  const auto options = params.front().options().requires_grad(false);
+  const auto bytes = static_cast<std::size_t>(total) * params.front().element_size();
+  if (bytes > 0 && params.front().is_cpu()) {
+    if (auto memory = group.allocate_shared_memory(bytes)) {
+      void* data = memory.get();
+      return at::from_blob(data, {total}, [memory = std::move(memory)](void*) {}, options);  // zeroed already
+    }
+  }
+  return at::zeros({total}, options);
 }
 
 }  // namespace
@@ -29,7 +39,7 @@ Bucket::Bucket(std::size_t index, bool is_last, std::vector<std::size_t> members
                std::shared_ptr<ProcessGroup> group, bool as_view)
     : members_(std::move(members)),
       params_(pick(params, members_)),
-      flat_(flat_for(params_)),
+      flat_(flat_for(params_, *group)),
       handed_(index, is_last, flat_, params_, group),
       as_view_(as_view) {
   std::int64_t offset = 0;

@@ -226,6 +226,26 @@ void run_sized(ProcessGroup& g, DataType t, std::size_t n, bool all_reduce_ops) 
 
 }  // namespace
 
+Buffer SharedHostMemory::allocate(std::size_t bytes, DataType dtype, std::size_t count) {
+  auto memory = group_.allocate_shared_memory(bytes);
+  if (!memory) {
+    ADD_FAILURE() << "allocate_shared_memory(" << bytes << ") gave no memory on rank " << group_.rank();
+    memory = std::shared_ptr<void>(::operator new(bytes), [](void* p) { ::operator delete(p); });
+  }
+  void* data = memory.get();
+  live_[data] = std::move(memory);
+  ++allocated_;
+  return Buffer{data, count, dtype};
+}
+
+void SharedHostMemory::release(const Buffer& buffer) { live_.erase(buffer.data); }
+
+void SharedHostMemory::upload(const Buffer& device, const void* host) {
+  std::memcpy(device.data, host, device.bytes());
+}
+
+void SharedHostMemory::download(void* host, const Buffer& device) { std::memcpy(host, device.data, device.bytes()); }
+
 void run_collective_suite(ProcessGroup& group, const SuiteOptions& options) {
   memory = options.memory;
   bitwise = options.bitwise;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -21,6 +22,23 @@ class DeviceMemory {
   virtual void release(const Buffer& buffer) = 0;
   virtual void upload(const Buffer& device, const void* host) = 0;
   virtual void download(void* host, const Buffer& device) = 0;
+};
+
+// Host memory that the group's peers on this host read where it is
+// (ProcessGroup::allocate_shared_memory); every allocation must succeed.
+class SharedHostMemory final : public DeviceMemory {
+ public:
+  explicit SharedHostMemory(ProcessGroup& group) : group_(group) {}
+  Buffer allocate(std::size_t bytes, DataType dtype, std::size_t count) override;
+  void release(const Buffer& buffer) override;
+  void upload(const Buffer& device, const void* host) override;
+  void download(void* host, const Buffer& device) override;
+  std::size_t allocated() const { return allocated_; }  // so far, in all
+
+ private:
+  ProcessGroup& group_;
+  std::map<void*, std::shared_ptr<void>> live_;
+  std::size_t allocated_ = 0;
 };
 
 struct SuiteOptions {

@@ -4,6 +4,7 @@
 // on plain gloo (DDP_SHM=0) keeps that path tested now that shared memory is the default.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <thread>
@@ -11,7 +12,9 @@
 
 #include "../group/collective_suite.h"
 #include "ddp/distributed.h"
+#include "ddp/error.h"
 #include "shm_support.h"
+#include "support/expect_error.h"
 #include "support/multiprocess.h"
 
 namespace ddp {
@@ -66,6 +69,82 @@ TEST_P(ShmWorld, AThousandBackToBackAsyncOps) {
 INSTANTIATE_TEST_SUITE_P(WorldSizes, ShmWorld, ::testing::Values(1, 2, 3, 4, 5),
                          [](const auto& info) { return "world" + std::to_string(info.param); });
 
+// The mappings of shared memory of allocate_shared_memory (this rank's and its peers') in
+// /proc/self/maps.
+std::size_t shared_memory_mappings() { return test::shm_mappings("ddp-shared").size(); }
+
+// Buffers in shared memory skip the slots: every op and size with all ranks' buffers shared, then
+// with every other rank's only (an op meets both kinds), in chunks of 4 KB and without the
+// one-step path, so that every reduction takes many rounds of the large path.
+class ShmSharedBuffers : public ::testing::TestWithParam<int> {};
+
+TEST_P(ShmSharedBuffers, EveryOpMatchesTheReferenceWhenAllOrSomeRanksShare) {
+  test::run_ranks(GetParam(), [](int rank, int) {
+    init_process_group("gloo", {.timeout = 60s});
+    auto& group = *get_default_group();
+    test::SharedHostMemory all(group);
+    test::run_collective_suite(group, {.sizes = {1, 1025, 30011}, .large_bytes = 1 << 20, .memory = &all});
+    EXPECT_GT(all.allocated(), 0u);
+    test::SharedHostMemory some(group);
+    test::run_collective_suite(group, {.sizes = {1025, 30011}, .large_bytes = 0, .memory = rank % 2 ? nullptr : &some});
+    test::run_async_burst(group, 100);
+    destroy_process_group();
+  }, {.deadline = 170s, .env = {{"DDP_SHM_CHUNK_BYTES", "4096"}, {"DDP_SHM_SMALL_BYTES", "0"}}});
+}
+
+TEST_P(ShmSharedBuffers, PeersReadTheBufferWhereItIsAndItOutlivesTheGroup) {
+  test::run_ranks(GetParam(), [](int rank, int world) {
+    init_process_group("gloo", {.timeout = 60s});
+    auto group = get_default_group();
+    const std::size_t n = 1 << 20;
+    auto memory = group->allocate_shared_memory(n * sizeof(float));
+    ASSERT_TRUE(memory);
+    auto* data = static_cast<float*>(memory.get());
+    EXPECT_EQ(std::count(data, data + n, 0.0f), static_cast<std::ptrdiff_t>(n)) << "zeroed";
+    for (std::size_t i = 0; i < n; ++i) data[i] = static_cast<float>(rank + i % 7);
+    EXPECT_EQ(shared_memory_mappings(), 1u);
+    group->all_reduce(buffer_of(data, n))->wait();
+    // The peers mapped this rank's buffer, and this rank theirs: they were read where they are.
+    EXPECT_EQ(shared_memory_mappings(), static_cast<std::size_t>(world));
+    const float ranks = static_cast<float>(world * (world - 1) / 2);
+    for (std::size_t i = 0; i < n; i += 4093) ASSERT_EQ(data[i], ranks + world * static_cast<float>(i % 7)) << i;
+    // A second buffer, then the first one freed: its entry is reused and the peers map the new one.
+    auto second = group->allocate_shared_memory(4096 * sizeof(float));
+    memory.reset();
+    auto third = group->allocate_shared_memory(n * sizeof(float));
+    auto* t = static_cast<float*>(third.get());
+    std::fill(t, t + n, 1.0f);
+    group->all_reduce(buffer_of(t, n))->wait();
+    EXPECT_EQ(t[n - 1], static_cast<float>(world));
+    group.reset();
+    destroy_process_group();
+    // The peers' memory is unmapped with the group; this rank's stays usable as ordinary memory.
+    EXPECT_EQ(shared_memory_mappings(), 2u);
+    t[0] = 5;
+    EXPECT_EQ(t[0], 5.0f);
+    second.reset();
+    third.reset();
+    EXPECT_EQ(shared_memory_mappings(), 0u);
+  }, {.deadline = 120s});
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, ShmSharedBuffers, ::testing::Values(2, 3, 4),
+                         [](const auto& info) { return "world" + std::to_string(info.param); });
+
+TEST(ShmSharedBuffers, NoneWithoutPeersOnTheHostAndZeroBytesIsRefused) {
+  test::run_ranks(2, [](int, int) {
+    init_process_group("gloo", {.timeout = 60s});
+    EXPECT_FALSE(get_default_group()->allocate_shared_memory(64)) << "DDP_SHM=0: plain gloo shares no memory";
+    test::expect_error<InvalidArgument>([] { get_default_group()->allocate_shared_memory(0); }, {"the size is 0"});
+    destroy_process_group();
+  }, {.env = {{"DDP_SHM", "0"}}});
+  test::run_ranks(2, [](int, int) {
+    init_process_group("gloo", {.timeout = 60s});
+    EXPECT_FALSE(get_default_group()->allocate_shared_memory(64)) << "each rank alone on its host";
+    destroy_process_group();
+  }, {.rank_env = [](int rank) { return std::map<std::string, std::string>{{"DDP_SHM_HOST_ID", rank ? "b" : "a"}}; }});
+}
+
 class PlainGlooWorld : public ::testing::TestWithParam<int> {};
 
 TEST_P(PlainGlooWorld, EveryOpTypeAndSizeMatchesTheReference) {
@@ -111,6 +190,7 @@ struct HostsCase {
   std::vector<std::string> hosts;  // per rank
   std::map<std::string, std::string> env = {};
   std::size_t large_bytes = 4 << 20;  // smaller with tiny chunks: a gather's 4 MB would be 4096 of them
+  bool shared = false;                // the buffers in shared memory (allocate_shared_memory)
 };
 
 void PrintTo(const HostsCase& c, std::ostream* os) { *os << c.name; }
@@ -122,7 +202,9 @@ TEST_P(ShmHierarchy, EveryOpAndTypeAcrossHostsMatchesTheReference) {
   test::run_ranks(static_cast<int>(c.hosts.size()), [&](int, int) {
     init_process_group("gloo", {.timeout = 60s});
     expect_segments(std::atoi(std::getenv("RANKS_ON_MY_HOST")) > 1 ? 1 : 0);
-    test::run_collective_suite(*get_default_group(), {.sizes = {0, 1, 13, 9000}, .large_bytes = c.large_bytes});
+    test::SharedHostMemory shared(*get_default_group());
+    test::run_collective_suite(*get_default_group(), {.sizes = {0, 1, 13, 9000}, .large_bytes = c.large_bytes,
+                                                      .memory = c.shared ? &shared : nullptr});
     test::run_async_burst(*get_default_group(), 200);
     destroy_process_group();
   }, {.deadline = 170s, .rank_env = [&](int rank) {
@@ -152,7 +234,9 @@ INSTANTIATE_TEST_SUITE_P(Placements, ShmHierarchy, ::testing::Values(
     HostsCase{"hosts3and2", {"a", "a", "a", "b", "b"}},         // unequal: through the hosts' first ranks
     HostsCase{"hosts2and1", {"a", "a", "b"}},                   // a host with a single rank
     HostsCase{"hosts2x2tinyChunks", {"a", "a", "b", "b"}, kTinyChunks, 512 << 10},
-    HostsCase{"hosts2and3tinyChunks", {"a", "b", "a", "b", "b"}, kTinyChunks, 512 << 10}),
+    HostsCase{"hosts2and3tinyChunks", {"a", "b", "a", "b", "b"}, kTinyChunks, 512 << 10},
+    HostsCase{"hosts2x2sharedBuffers", {"a", "a", "b", "b"}, kTinyChunks, 512 << 10, true},
+    HostsCase{"hosts3and2sharedBuffers", {"a", "a", "a", "b", "b"}, {}, 4 << 20, true}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(ShmHierarchy, RankZerosThresholdsHoldForEveryRank) {

@@ -28,25 +28,42 @@ using test::expect_error;
 
 std::string temp_path(const char* what) { return "/tmp/ddp-shm-test-" + std::to_string(::getpid()) + "-" + what; }
 
-TEST(ShmFailures, APeerKilledMidAllReduceIsAnErrorNamingItNotAHang) {
+// With `shared`, the buffer is in shared memory (allocate_shared_memory): the peers read it where
+// it is, in the dead rank's memory.
+class ShmKilledMidAllReduce : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ShmKilledMidAllReduce, APeerKilledMidAllReduceIsAnErrorNamingItNotAHang) {
   const auto before = test::dev_shm_entries();
   const std::string done_file = temp_path("killed-done");
+  const bool shared = GetParam();
   test::run_ranks(3, [&](int rank, int) {
     init_process_group("gloo", {.timeout = 60s});
     auto group = get_default_group();
     ASSERT_EQ(test::shm_mappings().size(), 1u);
-    std::vector<float> big(16 << 20, 1.0f);  // 64 MB: many chunks
-    group->all_reduce(buffer_of(big.data(), 16))->wait();
+    const std::size_t n = 16 << 20;  // 64 MB: many chunks
+    std::vector<float> ordinary;
+    std::shared_ptr<void> memory;
+    float* data = nullptr;
+    if (shared) {
+      memory = group->allocate_shared_memory(n * sizeof(float));
+      ASSERT_TRUE(memory);
+      data = static_cast<float*>(memory.get());
+      std::fill(data, data + n, 1.0f);
+    } else {
+      ordinary.assign(n, 1.0f);
+      data = ordinary.data();
+    }
+    group->all_reduce(buffer_of(data, 16))->wait();
     // Rank 1 dies inside the all_reduce, which cannot have finished: rank 2 joins it only later.
     // Rank 0 is waiting in it when rank 1 dies; rank 2 finds it dead on arrival.
     if (rank == 1) {
-      auto work = group->all_reduce(buffer_of(big.data(), big.size()));
+      auto work = group->all_reduce(buffer_of(data, n));
       std::this_thread::sleep_for(20ms);
       ::raise(SIGKILL);
     }
     if (rank == 2) std::this_thread::sleep_for(300ms);
     const auto start = Clock::now();
-    auto message = expect_error<PeerLostError>([&] { group->all_reduce(buffer_of(big.data(), big.size()))->wait(); },
+    auto message = expect_error<PeerLostError>([&] { group->all_reduce(buffer_of(data, n))->wait(); },
                                                {"all_reduce #1", "shared-memory all_reduce", "rank 1 (pid ",
                                                 "Lost rank 1"});
     EXPECT_LT(Clock::now() - start, 30s) << "the timeout is 60 s: the death should be noticed long before";
@@ -63,6 +80,9 @@ TEST(ShmFailures, APeerKilledMidAllReduceIsAnErrorNamingItNotAHang) {
   ::unlink(done_file.c_str());
   EXPECT_EQ(test::dev_shm_entries(), before) << "something was left in /dev/shm";
 }
+
+INSTANTIATE_TEST_SUITE_P(Buffers, ShmKilledMidAllReduce, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "shared" : "ordinary"; });
 
 // The op, and the placement: "2x2" (striped; the gathers too, DDP_SHM_GATHER_STRIPE_BYTES=0) or
 // "2and3" (unequal: through the hosts' first ranks).
@@ -95,6 +115,9 @@ TEST_P(ShmFailuresAcrossHosts, APeerKilledMidCollectiveIsAnErrorNamingItOnEveryH
       std::this_thread::sleep_for(50ms);
       ::raise(SIGKILL);
     }
+    // Rank 0 joins late, so the op cannot finish before rank 3 dies (on a fast machine the others
+    // could otherwise complete it within those 50 ms: rank 3's part in 2 + 3 is small).
+    if (rank == 0) std::this_thread::sleep_for(300ms);
     const auto start = Clock::now();
     const auto message = expect_error<Error>([&] { run()->wait(); }, {op + " #1", "Lost rank 3 (pid "});
     EXPECT_LT(Clock::now() - start, 30s) << "the timeout is 60 s: the death should be noticed long before";

@@ -10,12 +10,13 @@
 
 namespace ddp::test {
 
-// The lines of /proc/self/maps that map a ddp shared-memory segment.
-inline std::vector<std::string> shm_mappings() {
+// The lines of /proc/self/maps that map a ddp shared-memory segment (or, with "ddp-shared", memory
+// of allocate_shared_memory).
+inline std::vector<std::string> shm_mappings(const std::string& name = "ddp-shm") {
   std::vector<std::string> lines;
   std::ifstream maps("/proc/self/maps");
   for (std::string line; std::getline(maps, line);) {
-    if (line.find("ddp-shm") != std::string::npos) lines.push_back(line);
+    if (line.find("/memfd:" + name + " ") != std::string::npos) lines.push_back(line);
   }
   return lines;
 }

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -17,8 +18,10 @@
 #include "shm/op_signature.h"
 #include "ddp/error.h"
 #include "shm/rendezvous.h"
+#include "shm/shared_buffers.h"
 #include "shm/sync.h"
 #include "shm/topology.h"
+#include "support/expect_error.h"
 
 namespace ddp::detail::shm {
 namespace {
@@ -328,6 +331,52 @@ TEST(ShmLayout, TheChunkShrinksToKeepManyRanksUnderTheCap) {
   EXPECT_LE(Layout::make(64, c).total_bytes, t.max_segment_bytes);
   t.chunk_bytes = 5000;  // rounded down to whole pages
   EXPECT_EQ(chunk_for(t, 2), 4096u);
+}
+
+// Two ranks' registries on one table, both in this process: rank 1 maps rank 0's memory through
+// /proc/<this pid>/fd as a peer on the host would.
+TEST(ShmSharedBuffers, APeerFindsTheBufferWhereItsOwnerPublishedIt) {
+  const Layout l = Layout::make(2, kPage);
+  std::vector<char> table(l.total_bytes);
+  auto owner = std::make_shared<SharedBuffers>(table.data(), l, 0, std::vector<pid_t>{-1, ::getpid()});
+  auto peer = std::make_shared<SharedBuffers>(table.data(), l, 1, std::vector<pid_t>{::getpid(), -1});
+  auto memory = owner->allocate(10000);
+  ASSERT_TRUE(memory);
+  char* data = static_cast<char*>(memory.get());
+  std::memset(data, 7, 10000);
+  data[100] = 42;
+  EXPECT_EQ(owner->locate(data - 1, 10), 0u) << "before it";
+  EXPECT_EQ(owner->locate(data + 8000, 100000), 0u) << "past its end";
+  EXPECT_EQ(peer->locate(data, 10), 0u) << "not the peer's";
+  const std::uint64_t where = owner->locate(data + 100, 50);
+  ASSERT_NE(where, 0u);
+  const char* seen = peer->peer(0, where, 50);
+  EXPECT_NE(seen, data + 100) << "a mapping of its own";
+  EXPECT_EQ(seen[0], 42);
+  data[100] = 43;  // the same memory
+  EXPECT_EQ(seen[0], 43);
+  test::expect_error<Error>([&] { peer->peer(0, where, 1 << 20); }, {"is not inside a live region"});
+  test::expect_error<Error>([&] { peer->peer(0, 1, 8); }, {"which has none"});
+  // Freed, then the entry reused: the peer drops the old mapping for the new memory.
+  memory.reset();
+  test::expect_error<Error>([&] { peer->peer(0, where, 50); }, {"was its memory freed during the op?"});
+  auto again = owner->allocate(200);
+  ASSERT_TRUE(again);
+  static_cast<char*>(again.get())[100] = 9;
+  const std::uint64_t where2 = owner->locate(static_cast<char*>(again.get()) + 100, 1);
+  EXPECT_EQ(where2 >> 48, where >> 48) << "the entry is reused";
+  EXPECT_EQ(peer->peer(0, where2, 1)[0], 9);
+  // A row holds kRegions allocations; the next one is refused with null, not an error.
+  std::vector<std::shared_ptr<void>> many{again};
+  for (std::size_t i = 1; i < kRegions; ++i) ASSERT_TRUE(many.emplace_back(owner->allocate(1))) << i;
+  EXPECT_FALSE(owner->allocate(1));
+  many.pop_back();
+  EXPECT_TRUE(owner->allocate(1));
+  // Detached (the group is gone): the memory stays usable, nothing is located in it any more.
+  owner->detach();
+  EXPECT_EQ(owner->locate(again.get(), 1), 0u);
+  static_cast<char*>(again.get())[0] = 1;
+  EXPECT_FALSE(owner->allocate(1));
 }
 
 // The pid of a process that has exited and been reaped.
