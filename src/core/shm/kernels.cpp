@@ -82,9 +82,21 @@ struct ThenDivide {
   }
 };
 
+// The op, followed by a multiplication by 1 / n where n is a power of two: the same result as the
+// division (1 / n is exact), at a multiplication's cost.
+template <typename A, typename F>
+struct ThenScale {
+  F f;
+  A scale;
+  A operator()(A x, A y) const { return f(x, y) * scale; }
+};
+
 // The last fold of a reduction: with `avg`, followed by the division by the `n` sources.
 template <typename A, typename F>
 void combine_last(A* out, A* out2, const A* a, const A* b, std::size_t m, F f, bool avg, int n) {
+  if constexpr (std::is_floating_point_v<A>) {
+    if (avg && (n & (n - 1)) == 0) return combine(out, out2, a, b, m, ThenScale<A, F>{f, A(1) / static_cast<A>(n)});
+  }
   if (avg) combine(out, out2, a, b, m, ThenDivide<A, F>{f, n});
   else combine(out, out2, a, b, m, f);
 }

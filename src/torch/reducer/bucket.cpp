@@ -63,8 +63,20 @@ at::Tensor Bucket::alias(std::size_t k) const {
   return at::from_blob(view.data_ptr(), view.sizes(), [keep = flat_](void*) {}, view.options());
 }
 
+// Whether the average over `divisor` ranks can be the all-reduce's own (AVG): the group's size, a
+// power of two, float32 or float64 on the CPU. Then the sum is scaled by 1 / divisor once, in the
+// reduction's own pass, instead of every gradient before it: the same bits, since scaling by a
+// power of two commutes with rounding (short of results below 2^-126 or beyond the type's range).
+bool Bucket::averages_in_reduction(int divisor) const {
+  const auto type = flat_.scalar_type();
+  return divisor > 1 && divisor == handed_.process_group()->size() && (divisor & (divisor - 1)) == 0 &&
+         flat_.is_cpu() && (type == at::kFloat || type == at::kDouble);
+}
+
 void Bucket::fill(const std::vector<std::uint8_t>& used, int divisor) {
   at::NoGradGuard no_grad;
+  reduce_op_ = averages_in_reduction(divisor) ? ReduceOp::AVG : ReduceOp::SUM;
+  if (reduce_op_ == ReduceOp::AVG) divisor = 0;
   const bool average = divisor > 0;
   if (average && divisor != divisor_) {
     reciprocal_ = at::native::wrapped_scalar_tensor(1.0 / divisor);
@@ -92,7 +104,7 @@ void Bucket::fill(const std::vector<std::uint8_t>& used, int divisor) {
 
 void Bucket::launch(const CommHook& hook) {
   future_ = hook ? hook(handed_)
-                 : std::make_shared<Future>(all_reduce_async(flat_, ReduceOp::SUM, handed_.process_group()), flat_);
+                 : std::make_shared<Future>(all_reduce_async(flat_, reduce_op_, handed_.process_group()), flat_);
   if (!future_) throw Error(cat("DistributedDataParallel: the comm hook returned no future for bucket ", handed_.index()));
 }
 

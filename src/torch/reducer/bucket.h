@@ -33,10 +33,12 @@ class Bucket {
   // must not leak in). `divisor` > 0: each gradient is multiplied by 1 / divisor on the way (the
   // world size, or under a join the ranks still training), a gradient that already is a view of
   // the bucket divided in place (PyTorch's reducer's arithmetic, to the bit); 0: copied as it is.
+  // Where the all-reduce can average itself (averages_in_reduction) the gradients are copied as
+  // they are and launch all-reduces with AVG: one pass over them fewer.
   void fill(const std::vector<std::uint8_t>& used, int divisor);
 
-  // Starts the communication of the filled bucket: `hook`, or with none the sum over the group
-  // in place. Throws Error naming the bucket when the hook returns no Future.
+  // Starts the communication of the filled bucket: `hook`, or with none the sum (or the average,
+  // see fill) over the group in place. Throws Error naming the bucket when the hook returns no Future.
   void launch(const CommHook& hook);
   // The launched communication's Future (null before launch and after write_back).
   const std::shared_ptr<Future>& future() const { return future_; }
@@ -56,12 +58,14 @@ class Bucket {
   // What .grad points to with gradient_as_bucket_view: the view's memory, as a tensor autograd does
   // not know as a view (LibTorch 1.x's Optimizer::zero_grad calls detach_(), refused on views).
   at::Tensor alias(std::size_t k) const;
+  bool averages_in_reduction(int divisor) const;
 
   std::vector<std::size_t> members_;
   std::vector<at::Tensor> params_;  // members_' parameters (handles: .grad is theirs)
   at::Tensor flat_;
   std::vector<at::Tensor> views_;  // per member, shaped like it, into flat_
   GradBucket handed_;              // what the hook gets; alive as long as its Future may run
+  ReduceOp reduce_op_ = ReduceOp::SUM;  // of the built-in all-reduce, set by fill
   int divisor_ = 0;         // of reciprocal_
   at::Tensor reciprocal_;  // 1 / divisor_ as a wrapped scalar, as PyTorch's reducer multiplies by it
   bool as_view_;

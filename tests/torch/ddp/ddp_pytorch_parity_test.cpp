@@ -35,7 +35,14 @@ std::vector<char> read_all(const std::string& path) {
   return {std::istreambuf_iterator<char>(in), {}};
 }
 
-class DdpPytorchParity : public ::testing::TestWithParam<const char*> {};
+// DDP_SHM's value, and whether both sides use gradient_as_bucket_view (PyTorch then divides each
+// gradient in place, ddp's all-reduce scales the sum: the same bits at 2 ranks).
+struct ParityCase {
+  const char* shm;
+  bool bucket_view;
+};
+
+class DdpPytorchParity : public ::testing::TestWithParam<ParityCase> {};
 
 TEST_P(DdpPytorchParity, ParametersAndGradientsMatchPyTorchsDdpBitForBit) {
   const std::string dir = ::testing::TempDir() + "/parity-" + std::to_string(::getpid());
@@ -43,16 +50,17 @@ TEST_P(DdpPytorchParity, ParametersAndGradientsMatchPyTorchsDdpBitForBit) {
   if (!is_rank_process()) {
     const auto probe = run_command({kPython, "-c", "import torch.distributed"}, {}, 60s);
     if (!probe.ok()) GTEST_SKIP() << "PyTorch is not importable by " << kPython << ": " << probe.output;
-    const auto peer = run_command(
-        {kPython, std::string(DDP_SOURCE_DIR) + "/tests/torch/ddp/pytorch_ddp_peer.py", "--world", "2", "--out", theirs_path},
-        {}, 180s);
+    std::vector<std::string> command = {kPython, std::string(DDP_SOURCE_DIR) + "/tests/torch/ddp/pytorch_ddp_peer.py",
+                                        "--world", "2", "--out", theirs_path};
+    if (GetParam().bucket_view) command.push_back("--bucket-view");
+    const auto peer = run_command(command, {}, 180s);
     ASSERT_TRUE(peer.ok()) << peer.output;
   }
   run_ranks(2, [](int rank, int) {
     torch::set_num_threads(1);
     init_process_group("gloo", {.timeout = 60s});
     auto net = model();
-    DistributedDataParallel ddp_model(net);
+    DistributedDataParallel ddp_model(net, {.gradient_as_bucket_view = GetParam().bucket_view});
     torch::optim::SGD optimizer(ddp_model->parameters(), 0.1);
     for (int step = 0; step < 3; ++step) {
       torch::manual_seed(1000 + 17 * rank + step);
@@ -69,7 +77,7 @@ TEST_P(DdpPytorchParity, ParametersAndGradientsMatchPyTorchsDdpBitForBit) {
     auto all = torch::cat(parts).contiguous();
     std::ofstream(std::getenv("PARITY_OUT"), std::ios::binary)
         .write(static_cast<const char*>(all.data_ptr()), static_cast<std::streamsize>(all.nbytes()));
-  }, {.env = {{"DDP_SHM", GetParam()}, {"PARITY_OUT", ours_path}}});
+  }, {.env = {{"DDP_SHM", GetParam().shm}, {"PARITY_OUT", ours_path}}});
   if (is_rank_process()) return;
   const auto theirs = read_all(theirs_path), ours = read_all(ours_path);
   ::unlink(theirs_path.c_str());
@@ -85,9 +93,13 @@ TEST_P(DdpPytorchParity, ParametersAndGradientsMatchPyTorchsDdpBitForBit) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, DdpPytorchParity, ::testing::Values("1", "0"), [](const auto& info) {
-  return std::string(info.param) == "1" ? "SharedMemory" : "PlainGloo";
-});
+INSTANTIATE_TEST_SUITE_P(Backends, DdpPytorchParity,
+                         ::testing::Values(ParityCase{"1", false}, ParityCase{"0", false}, ParityCase{"1", true},
+                                           ParityCase{"0", true}),
+                         [](const auto& info) {
+                           return std::string(std::string(info.param.shm) == "1" ? "SharedMemory" : "PlainGloo") +
+                                  (info.param.bucket_view ? "BucketView" : "");
+                         });
 
 }  // namespace
 }  // namespace ddp::test

@@ -2,12 +2,13 @@
 """PyTorch's own DDP (gloo) on a fixed problem, for ddp's bit-exactness test
 (tests/torch/ddp/ddp_pytorch_parity_test.cpp builds the same problem in C++).
 
-    /usr/bin/python3 pytorch_ddp_peer.py --world 2 --out FILE
+    /usr/bin/python3 pytorch_ddp_peer.py --world 2 --out FILE [--bucket-view]
 
 Starts `world` ranks on this machine. Each trains an MLP 20-64-5 (weights: torch.manual_seed(0),
 then randn * 0.3 per parameter in registration order) for 3 steps of SGD (lr 0.1) on its own data
 (seed 1000 + 17 * rank + step: x randn 8x20, y randn 8x5), loss mean((out - y)^2). Rank 0 writes
-the final parameters, then the last step's averaged gradients, as raw float32.
+the final parameters, then the last step's averaged gradients, as raw float32. --bucket-view
+constructs DDP with gradient_as_bucket_view=True.
 """
 import argparse
 import os
@@ -30,11 +31,11 @@ def model():
     return net
 
 
-def rank_main(out):
+def rank_main(out, bucket_view):
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     net = model()
-    ddp = DDP(net)
+    ddp = DDP(net, gradient_as_bucket_view=bucket_view)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
     for step in range(3):
         torch.manual_seed(1000 + 17 * rank + step)
@@ -55,11 +56,13 @@ def main():
     parser.add_argument("--world", type=int, default=2)
     parser.add_argument("--out", required=True)
     parser.add_argument("--rank", type=int, default=-1)
+    parser.add_argument("--bucket-view", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(1)
     if args.rank >= 0:
-        return rank_main(args.out)
-    run_ranks(__file__, args.world, ["--world", str(args.world), "--out", args.out], 120)
+        return rank_main(args.out, args.bucket_view)
+    run_ranks(__file__, args.world, ["--world", str(args.world), "--out", args.out]
+              + (["--bucket-view"] if args.bucket_view else []), 120)
 
 if __name__ == "__main__":
     main()
