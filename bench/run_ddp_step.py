@@ -13,7 +13,7 @@ if communication cost nothing. Prints markdown tables for docs/BENCHMARKS.md.
 
 Each configuration runs `rounds` times, alternating ddp and PyTorch; the table gives the median.
 --baseline adds the same ddp columns from another build (an earlier commit's), alternated in the
-same rounds: a before/after comparison that drift cannot skew.
+same rounds: a before/after comparison that drift cannot skew (with --limit, its bucket view too).
 """
 import argparse
 import os
@@ -46,11 +46,14 @@ def main():
         base_head = " baseline | baseline DDP_SHM=0 | baseline / this |" if base_bin else ""
         limit_head = (" ddp, bucket view | limit: no DDP, every rank at once | ddp / limit | bucket view / limit "
                       "| limit / PyTorch DDP |") if args.limit else ""
+        base_view = base_bin and args.limit  # the baseline's bucket view too
+        limit_head += " baseline bucket view | baseline bucket view / this |" if base_view else ""
         print("| world size | ddp (C++) | ddp, DDP_SHM=0 | PyTorch DDP | ddp / PyTorch | ddp DDP_SHM=0 / PyTorch |"
               + base_head + limit_head)
-        print("|---|---|---|---|---|---|" + ("---|---|---|" if base_bin else "") + ("---|---|---|---|---|" if args.limit else ""))
+        print("|---|---|---|---|---|---|" + ("---|---|---|" if base_bin else "") + ("---|---|---|---|---|" if args.limit else "")
+              + ("---|---|" if base_view else ""))
         for world in args.worlds:
-            ours, gloo, theirs, base, base_gloo, view, limit = [], [], [], [], [], [], []
+            ours, gloo, theirs, base, base_gloo, view, limit, bview = [], [], [], [], [], [], [], []
             for _ in range(args.rounds):  # alternated, so that drift affects every column alike
                 ours.append(float(run_ranks_output([ddp_bin] + common, world)))
                 gloo.append(float(run_ranks_output([ddp_bin] + common, world, {"DDP_SHM": "0"})))
@@ -61,6 +64,8 @@ def main():
                 if args.limit:
                     view.append(float(run_ranks_output([ddp_bin] + common + ["--bucket-view"], world)))
                     limit.append(float(run_ranks_output([ddp_bin] + common + ["--no-ddp"], world)))
+                if base_view:
+                    bview.append(float(run_ranks_output([base_bin] + common + ["--bucket-view"], world)))
             a, g, b = statistics.median(ours), statistics.median(gloo), statistics.median(theirs)
             row = "| %d | %.2f | %.2f | %.2f | %.2f | %.2f |" % (world, a, g, b, a / b, g / b)
             if base_bin:
@@ -69,6 +74,9 @@ def main():
             if args.limit:
                 v, lim = statistics.median(view), statistics.median(limit)
                 row += " %.2f | %.2f | %.2f | %.2f | %.2f |" % (v, lim, a / lim, v / lim, lim / b)
+            if base_view:
+                bv = statistics.median(bview)
+                row += " %.2f | %.2f |" % (bv, bv / v)
             print(row)
             sys.stdout.flush()
         if 1 in args.worlds:

@@ -44,6 +44,9 @@ struct alignas(128) Control {
   // (SharedBuffers::locate; 0: not in one, its data goes through the slots). Written before the
   // step is published.
   std::atomic<std::uint64_t> where[2];
+  // Bumped by this rank whenever its row of the region table changes, so that a peer knows when to
+  // look for mappings it holds of memory since freed.
+  std::atomic<std::uint32_t> regions;
 };
 
 // One memory region a rank shares with its host (shared_buffers.h). `generation` is 0 while the

@@ -30,7 +30,8 @@ SharedBuffers::SharedBuffers(void* base, const Layout& layout, int me, std::vect
       pids_(std::move(pids)),
       base_(base),
       own_(kRegions),
-      mapped_(static_cast<std::size_t>(layout.ranks), std::vector<Mapped>(kRegions)) {}
+      mapped_(static_cast<std::size_t>(layout.ranks), std::vector<Mapped>(kRegions)),
+      seen_(static_cast<std::size_t>(layout.ranks)) {}
 
 SharedBuffers::~SharedBuffers() { unmap_peers(); }
 
@@ -60,16 +61,40 @@ std::shared_ptr<void> SharedBuffers::allocate(std::size_t bytes) {
   r->bytes.store(mapped, std::memory_order_relaxed);
   if (++generation_ == 0) ++generation_;  // 0 marks a free entry
   r->generation.store(generation_, std::memory_order_release);
+  changed_row();
   return {data, [self = shared_from_this(), index](void*) { self->release(index); }};
 }
 
 void SharedBuffers::release(std::size_t index) {
   std::lock_guard<std::mutex> lock(mutex_);
   Own& own = own_[index];
-  if (base_) layout_.region(base_, me_, index)->generation.store(0, std::memory_order_release);
+  if (base_) {
+    layout_.region(base_, me_, index)->generation.store(0, std::memory_order_release);
+    changed_row();
+  }
   ::munmap(own.data, own.bytes);
   ::close(own.fd);
   own = {};
+}
+
+void SharedBuffers::changed_row() {
+  layout_.control(base_, me_)->regions.fetch_add(1, std::memory_order_release);
+}
+
+// Unmaps what this rank holds of peer `rank`'s memory that the peer has freed or replaced since:
+// the memory lives as long as any mapping of it does.
+void SharedBuffers::drop_stale(int rank) {
+  const std::uint32_t version = layout_.control(base_, rank)->regions.load(std::memory_order_acquire);
+  if (version == seen_[static_cast<std::size_t>(rank)]) return;
+  seen_[static_cast<std::size_t>(rank)] = version;
+  auto& row = mapped_[static_cast<std::size_t>(rank)];
+  for (std::size_t i = 0; i < kRegions; ++i) {
+    Mapped& m = row[i];
+    if (m.data && layout_.region(base_, rank, i)->generation.load(std::memory_order_acquire) != m.generation) {
+      ::munmap(m.data, m.bytes);
+      m = {};
+    }
+  }
 }
 
 std::uint64_t SharedBuffers::locate(const void* data, std::size_t bytes) const {
@@ -91,6 +116,7 @@ const char* SharedBuffers::peer(int rank, std::uint64_t where, std::size_t bytes
     throw Error(cat("its step names entry ", index, " of its shared regions, which has none; do all ranks run the "
                     "same version of ddp?"));
   }
+  drop_stale(rank);
   const Region* r = layout_.region(base_, rank, index);
   const std::uint32_t generation = r->generation.load(std::memory_order_acquire);
   const std::size_t length = r->bytes.load(std::memory_order_relaxed);
@@ -105,12 +131,12 @@ const char* SharedBuffers::peer(int rank, std::uint64_t where, std::size_t bytes
     m = {};
     const std::string path = cat("/proc/", pids_[static_cast<std::size_t>(rank)], "/fd/",
                                  r->fd.load(std::memory_order_relaxed));
-    const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) throw IOError(cat("cannot open its buffer ", path, ": ", std::strerror(errno)));
     struct stat st {};
     void* data = MAP_FAILED;
     if (::fstat(fd, &st) == 0 && static_cast<std::size_t>(st.st_size) == length) {
-      data = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+      data = ::mmap(nullptr, length, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
     } else {
       errno = EINVAL;
     }

@@ -40,7 +40,7 @@ class SharedBuffers : public std::enable_shared_from_this<SharedBuffers> {
   std::uint64_t locate(const void* data, std::size_t bytes) const;
 
   // The start of peer `rank`'s buffer that it published as `where`, `bytes` long, mapped here on
-  // first use. Throws Error when `where` names no live allocation of that peer or runs past its
+  // first use (read-only); mappings of that peer's memory freed since are dropped. Throws Error when `where` names no live allocation of that peer or runs past its
   // end, IOError when the peer's memory cannot be mapped (messages say "its ...": the caller
   // names the peer).
   const char* peer(int rank, std::uint64_t where, std::size_t bytes);
@@ -61,6 +61,8 @@ class SharedBuffers : public std::enable_shared_from_this<SharedBuffers> {
     std::size_t bytes = 0;
   };
   void release(std::size_t index);
+  void changed_row();  // with mutex_ held
+  void drop_stale(int rank);
   void unmap_peers();
 
   Layout layout_;
@@ -71,6 +73,7 @@ class SharedBuffers : public std::enable_shared_from_this<SharedBuffers> {
   std::vector<Own> own_;      // per entry of this rank's row
   std::uint32_t generation_ = 0;
   std::vector<std::vector<Mapped>> mapped_;  // [peer][entry], the op thread's
+  std::vector<std::uint32_t> seen_;          // [peer]: its Control::regions when last looked at
 };
 
 }  // namespace ddp::detail::shm

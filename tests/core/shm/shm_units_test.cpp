@@ -21,6 +21,7 @@
 #include "shm/shared_buffers.h"
 #include "shm/sync.h"
 #include "shm/topology.h"
+#include "shm_support.h"
 #include "support/expect_error.h"
 
 namespace ddp::detail::shm {
@@ -366,6 +367,14 @@ TEST(ShmSharedBuffers, APeerFindsTheBufferWhereItsOwnerPublishedIt) {
   const std::uint64_t where2 = owner->locate(static_cast<char*>(again.get()) + 100, 1);
   EXPECT_EQ(where2 >> 48, where >> 48) << "the entry is reused";
   EXPECT_EQ(peer->peer(0, where2, 1)[0], 9);
+  // Memory freed while its entry stays free: the peer drops its mapping at its next look at the
+  // row, so the memory does not outlive its owner's release.
+  auto other = owner->allocate(5000);
+  peer->peer(0, owner->locate(other.get(), 1), 1);
+  const std::size_t mapped = test::shm_mappings("ddp-shared").size();
+  other.reset();
+  peer->peer(0, where2, 1);
+  EXPECT_EQ(test::shm_mappings("ddp-shared").size(), mapped - 2) << "the owner's mapping and the peer's";
   // A row holds kRegions allocations; the next one is refused with null, not an error.
   std::vector<std::shared_ptr<void>> many{again};
   for (std::size_t i = 1; i < kRegions; ++i) ASSERT_TRUE(many.emplace_back(owner->allocate(1))) << i;
