@@ -9,7 +9,7 @@ DDP (no gradient communication, only the per-step barrier), which is what DDP's 
 if communication cost nothing. Prints markdown tables for docs/BENCHMARKS.md.
 
     /usr/bin/python3 bench/run_ddp_step.py --build build [--worlds 1 2 4] [--rounds 3] [--limit]
-        [--baseline OTHER_BUILD]
+        [--baseline OTHER_BUILD] [--view-only]
 
 Each configuration runs `rounds` times, alternating ddp and PyTorch; the table gives the median.
 --baseline adds the same ddp columns from another build (an earlier commit's), alternated in the
@@ -26,6 +26,31 @@ from run_allreduce import run_ranks_output  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+def view_only(args):
+    """ddp's bucket view, the baseline's and the limit, alternated, one row per world size."""
+    bins = [("ddp, bucket view", os.path.join(args.build, "bench", "ddp_step_bench"))]
+    if args.baseline:
+        bins.append(("baseline, bucket view", os.path.join(args.baseline, "bench", "ddp_step_bench")))
+    for model in args.models:
+        common = ["--model", model, "--steps", str(args.steps)]
+        print("\n### DDP step with gradient_as_bucket_view against the limit, %s, batch 64 per rank "
+              "(median ms of %d)\n" % (model, args.rounds))
+        names = [n for n, _ in bins] + ["limit: no DDP"]
+        print("| world size | " + " | ".join(names) + " | " + " | ".join("%s / limit" % n for n, _ in bins) + " |")
+        print("|---|" + "---|" * (len(names) + len(bins)))
+        for world in args.worlds:
+            runs = {n: [] for n in names}
+            for _ in range(args.rounds):
+                for name, binary in bins:
+                    runs[name].append(float(run_ranks_output([binary] + common + ["--bucket-view"], world)))
+                runs["limit: no DDP"].append(float(run_ranks_output([bins[0][1]] + common + ["--no-ddp"], world)))
+            med = {n: statistics.median(v) for n, v in runs.items()}
+            limit = med["limit: no DDP"]
+            print("| %d | %s | %s |" % (world, " | ".join("%.2f" % med[n] for n in names),
+                                        " | ".join("%.3f" % (med[n] / limit) for n, _ in bins)))
+            sys.stdout.flush()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--build", default="build")
@@ -36,7 +61,12 @@ def main():
     parser.add_argument("--baseline", help="another build dir whose ddp runs beside this one (before/after)")
     parser.add_argument("--limit", action="store_true",
                         help="add ddp with gradient_as_bucket_view and the no-communication loop (the limit)")
+    parser.add_argument("--view-only", action="store_true",
+                        help="only ddp with gradient_as_bucket_view (and --baseline's) against the limit, "
+                        "alternated: fewer configurations per round, so less drift between them")
     args = parser.parse_args()
+    if args.view_only:
+        return view_only(args)
     ddp_bin = os.path.join(args.build, "bench", "ddp_step_bench")
     base_bin = os.path.join(args.baseline, "bench", "ddp_step_bench") if args.baseline else None
     torch_py = ["/usr/bin/python3", os.path.join(HERE, "torch_ddp_step.py")]
