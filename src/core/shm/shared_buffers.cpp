@@ -38,11 +38,7 @@ SharedBuffers::~SharedBuffers() { unmap_peers(); }
 std::shared_ptr<void> SharedBuffers::allocate(std::size_t bytes) {
   if (bytes == 0) throw InvalidArgument("allocate_shared_memory: the size is 0");
   const std::size_t mapped = round_up(bytes, kPage);
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (!base_) return nullptr;
-  std::size_t index = 0;
-  while (index < kRegions && own_[index].data) ++index;
-  if (index == kRegions) return nullptr;
+  // The system calls (which fault every page in) run outside the lock, which ops take to locate.
   const int fd = ::memfd_create("ddp-shared", MFD_CLOEXEC);
   if (fd < 0) throw IOError(cat("allocate_shared_memory: memfd_create failed: ", std::strerror(errno)));
   void* data = MAP_FAILED;
@@ -54,6 +50,14 @@ std::shared_ptr<void> SharedBuffers::allocate(std::size_t bytes) {
     ::close(fd);
     throw IOError(cat("allocate_shared_memory: cannot get ", mapped, " bytes of shared memory: ", std::strerror(err),
                       "; free memory, or allocate ordinary memory (collectives then copy through the segment)"));
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::size_t index = 0;
+  while (index < kRegions && own_[index].data) ++index;
+  if (!base_ || index == kRegions) {
+    ::munmap(data, mapped);
+    ::close(fd);
+    return nullptr;
   }
   own_[index] = {static_cast<char*>(data), mapped, fd};
   Region* r = layout_.region(base_, me_, index);
