@@ -144,7 +144,10 @@ bool HostCollectives::step_a(Buffer data, std::uint64_t mine, std::size_t j, Dea
   for (int p = 0; p < n; ++p) {
     if (p == me) continue;
     const std::uint64_t where = layout_.control(segment_.data(), p)->where[a & 1].load(std::memory_order_relaxed);
-    if (j == 0) bases_[p] = where ? peer_buffer(p, where, data.count * e, what) : nullptr;
+    if (j == 0) {
+      buffers_->drop_stale(p);
+      bases_[p] = where ? peer_buffer(p, where, data.count * e, what) : nullptr;
+    }
     shared = shared || where;
   }
   std::size_t length;
@@ -171,6 +174,9 @@ void HostCollectives::release_shared(Deadline deadline, const char* what) {
   const std::uint32_t s = sync_.next_step();
   sync_.publish(s, deadline, what);
   sync_.wait_all(s, deadline, what);
+  // A peer that published this step and then gave up (its wait for another timed out) may be
+  // writing its buffer again: what was read from it cannot be trusted.
+  sync_.check_abort(what);
 }
 
 void HostCollectives::reduce_share(Buffer data, ReduceOp op, Deadline deadline) {

@@ -51,21 +51,24 @@ std::shared_ptr<void> SharedBuffers::allocate(std::size_t bytes) {
     throw IOError(cat("allocate_shared_memory: cannot get ", mapped, " bytes of shared memory: ", std::strerror(err),
                       "; free memory, or allocate ordinary memory (collectives then copy through the segment)"));
   }
-  std::lock_guard<std::mutex> lock(mutex_);
   std::size_t index = 0;
-  while (index < kRegions && own_[index].data) ++index;
-  if (!base_ || index == kRegions) {
-    ::munmap(data, mapped);
-    ::close(fd);
-    return nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    while (index < kRegions && own_[index].data) ++index;
+    if (!base_ || index == kRegions) {
+      ::munmap(data, mapped);
+      ::close(fd);
+      return nullptr;
+    }
+    own_[index] = {static_cast<char*>(data), mapped, fd};
+    Region* r = layout_.region(base_, me_, index);
+    r->fd.store(fd, std::memory_order_relaxed);
+    r->bytes.store(mapped, std::memory_order_relaxed);
+    if (++generation_ == 0) ++generation_;  // 0 marks a free entry
+    r->generation.store(generation_, std::memory_order_release);
+    changed_row();
   }
-  own_[index] = {static_cast<char*>(data), mapped, fd};
-  Region* r = layout_.region(base_, me_, index);
-  r->fd.store(fd, std::memory_order_relaxed);
-  r->bytes.store(mapped, std::memory_order_relaxed);
-  if (++generation_ == 0) ++generation_;  // 0 marks a free entry
-  r->generation.store(generation_, std::memory_order_release);
-  changed_row();
+  // Outside the lock: should the control block's allocation throw, the deleter (release) runs.
   return {data, [self = shared_from_this(), index](void*) { self->release(index); }};
 }
 
@@ -85,8 +88,6 @@ void SharedBuffers::changed_row() {
   layout_.control(base_, me_)->regions.fetch_add(1, std::memory_order_release);
 }
 
-// Unmaps what this rank holds of peer `rank`'s memory that the peer has freed or replaced since:
-// the memory lives as long as any mapping of it does.
 void SharedBuffers::drop_stale(int rank) {
   const std::uint32_t version = layout_.control(base_, rank)->regions.load(std::memory_order_acquire);
   if (version == seen_[static_cast<std::size_t>(rank)]) return;

@@ -45,6 +45,11 @@ class SharedBuffers : public std::enable_shared_from_this<SharedBuffers> {
   // names the peer).
   const char* peer(int rank, std::uint64_t where, std::size_t bytes);
 
+  // Unmaps what this rank holds of peer `rank`'s memory that the peer has freed or replaced since
+  // it last looked (one load when nothing changed): the memory lives as long as any mapping of it
+  // does. The op thread's; every large op calls it for every peer.
+  void drop_stale(int rank);
+
   // The segment is going away: unmaps the peers' memory and stops using the table; allocations
   // still alive stay usable as ordinary memory.
   void detach();
@@ -62,7 +67,6 @@ class SharedBuffers : public std::enable_shared_from_this<SharedBuffers> {
   };
   void release(std::size_t index);
   void changed_row();  // with mutex_ held
-  void drop_stale(int rank);
   void unmap_peers();
 
   Layout layout_;

@@ -69,6 +69,9 @@ class Sync {
   // for it at once. Later waits on any rank throw.
   void abort() noexcept;
 
+  // Throws when the segment has been aborted (by this rank or a peer); returns otherwise.
+  void check_abort(std::string_view what) const;
+
   // Whether `peer` has exited, and "rank N (pid P)" for messages.
   bool exited(int peer) const { return watch_.exited(peer); }
   std::string describe(int peer) const;
@@ -78,7 +81,6 @@ class Sync {
   void wait_until(int peer, std::uint32_t step, Deadline deadline, std::string_view what);
   void check_same_op(int peer, std::uint32_t step, std::string_view what);
   void block_on(int peer, std::uint32_t step, Deadline deadline, std::string_view what);
-  void check_abort(std::string_view what) const;
   void check_peers(std::uint32_t step, Deadline deadline, std::string_view what) const;
 
   void* base_;

@@ -6,6 +6,7 @@
 #include "ddp/error.h"
 #include "ddp/torch/collectives.h"
 #include "util/error_kind.h"
+#include "util/log.h"
 #include "util/strings.h"
 
 namespace ddp::detail {
@@ -25,7 +26,14 @@ at::Tensor flat_for(const std::vector<at::Tensor>& params, ProcessGroup& group) 
   const auto options = params.front().options().requires_grad(false);
   const auto bytes = static_cast<std::size_t>(total) * params.front().element_size();
   if (bytes > 0 && params.front().is_cpu()) {
-    if (auto memory = group.allocate_shared_memory(bytes)) {
+    std::shared_ptr<void> memory;
+    try {
+      memory = group.allocate_shared_memory(bytes);
+    } catch (const IOError& e) {  // out of descriptors or memory: ordinary memory still does
+      log(LogLevel::Warn, "DistributedDataParallel: a bucket of ", bytes, " bytes stays in ordinary memory (",
+          e.what(), "); its all-reduce copies through the shared segment");
+    }
+    if (memory) {
       void* data = memory.get();
       return at::from_blob(data, {total}, [memory = std::move(memory)](void*) {}, options);  // zeroed already
     }

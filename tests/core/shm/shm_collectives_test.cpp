@@ -116,6 +116,16 @@ TEST_P(ShmSharedBuffers, PeersReadTheBufferWhereItIsAndItOutlivesTheGroup) {
     std::fill(t, t + n, 1.0f);
     group->all_reduce(buffer_of(t, n))->wait();
     EXPECT_EQ(t[n - 1], static_cast<float>(world));
+    // Freed memory does not live on in the peers: the next large op drops their mappings of it.
+    const std::size_t before = shared_memory_mappings();
+    {
+      auto fourth = group->allocate_shared_memory(n * sizeof(float));
+      group->all_reduce(buffer_of(static_cast<float*>(fourth.get()), n))->wait();
+      EXPECT_EQ(shared_memory_mappings(), before + static_cast<std::size_t>(world)) << "its own and the peers'";
+    }
+    std::vector<float> plain(n, 1.0f);
+    group->all_reduce(buffer_of(plain.data(), n))->wait();
+    EXPECT_EQ(shared_memory_mappings(), before) << "the peers still map memory freed since";
     group.reset();
     destroy_process_group();
     // The peers' memory is unmapped with the group; this rank's stays usable as ordinary memory.
