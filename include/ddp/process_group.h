@@ -102,7 +102,8 @@ class ProcessGroup {
   // (1.2-1.8x faster from 1 MB to 16 MB at 2 ranks here; docs/SHM.md). Not a collective: each
   // rank allocates on its own, and a buffer in it may meet ordinary buffers on the other ranks.
   // Freed when the last copy of the pointer goes (also after the group is destroyed). Null when the group has no such memory
-  // (no other rank on this host, DDP_SHM=0, a backend other than gloo, or 256 allocations alive);
+  // (no other rank on this host, DDP_SHM=0, a backend other than gloo, 256 allocations alive, or
+  // peers that could not open it: another user's, or this process not dumpable);
   // throws IOError when the system refuses the memory, InvalidArgument for 0 bytes.
   std::shared_ptr<void> allocate_shared_memory(std::size_t bytes);
 

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -22,11 +23,22 @@ std::uint64_t encode_where(std::size_t index, std::size_t offset) {
   return (static_cast<std::uint64_t>(index + 1) << kOffsetBits) | offset;
 }
 
+// Whether every peer runs as this process's user, so that it may open /proc/<this pid>/fd (the
+// segment's setup only proved it for the host's first rank).
+bool peers_are_this_user(const std::vector<pid_t>& pids) {
+  for (pid_t pid : pids) {
+    struct stat st {};
+    if (pid >= 0 && (::stat(cat("/proc/", pid).c_str(), &st) != 0 || st.st_uid != ::geteuid())) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 SharedBuffers::SharedBuffers(void* base, const Layout& layout, int me, std::vector<pid_t> pids)
     : layout_(layout),
       me_(me),
+      same_user_(peers_are_this_user(pids)),
       pids_(std::move(pids)),
       base_(base),
       own_(kRegions),
@@ -37,6 +49,9 @@ SharedBuffers::~SharedBuffers() { unmap_peers(); }
 
 std::shared_ptr<void> SharedBuffers::allocate(std::size_t bytes) {
   if (bytes == 0) throw InvalidArgument("allocate_shared_memory: the size is 0");
+  // A peer opens the memory through /proc/<this pid>/fd, which the kernel refuses to other users
+  // and, for a process that is not dumpable (PR_SET_DUMPABLE 0, a changed identity), to all.
+  if (!same_user_ || ::prctl(PR_GET_DUMPABLE) != 1) return nullptr;
   const std::size_t mapped = round_up(bytes, kPage);
   // The system calls (which fault every page in) run outside the lock, which ops take to locate.
   const int fd = ::memfd_create("ddp-shared", MFD_CLOEXEC);

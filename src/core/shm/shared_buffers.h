@@ -31,8 +31,9 @@ class SharedBuffers : public std::enable_shared_from_this<SharedBuffers> {
   SharedBuffers& operator=(const SharedBuffers&) = delete;
 
   // `bytes` (> 0) of zeroed memory the peers can map, released when the last copy of the pointer
-  // goes. Null when this rank's row of the table is full (kRegions live allocations); throws
-  // IOError when the system refuses the memory.
+  // goes. Null when this rank's row of the table is full (kRegions live allocations), after
+  // detach, or when the peers could not open it (a peer of another user, this process not
+  // dumpable); throws IOError when the system refuses the memory.
   std::shared_ptr<void> allocate(std::size_t bytes);
 
   // Where [data, data + bytes) lies in this rank's live allocations, as published in a step
@@ -71,6 +72,7 @@ class SharedBuffers : public std::enable_shared_from_this<SharedBuffers> {
 
   Layout layout_;
   int me_;
+  bool same_user_;  // every peer runs as this process's user
   std::vector<pid_t> pids_;
   mutable std::mutex mutex_;  // guards base_, own_ and generation_
   void* base_;                // null once detached

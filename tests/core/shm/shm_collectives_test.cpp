@@ -3,6 +3,7 @@
 // that sleep at once (the futex path), and hierarchically across simulated hosts. The same suite
 // on plain gloo (DDP_SHM=0) keeps that path tested now that shared memory is the default.
 #include <gtest/gtest.h>
+#include <sys/prctl.h>
 
 #include <algorithm>
 #include <map>
@@ -153,6 +154,28 @@ TEST(ShmSharedBuffers, NoneWithoutPeersOnTheHostAndZeroBytesIsRefused) {
     EXPECT_FALSE(get_default_group()->allocate_shared_memory(64)) << "each rank alone on its host";
     destroy_process_group();
   }, {.rank_env = [](int rank) { return std::map<std::string, std::string>{{"DDP_SHM_HOST_ID", rank ? "b" : "a"}}; }});
+}
+
+TEST(ShmSharedBuffers, ARankThePeersCannotOpenGetsNoneAndItsOpsStillWork) {
+  // A process that is not dumpable has a /proc/<pid>/fd that its peers may not open.
+  test::run_ranks(2, [](int rank, int) {
+    init_process_group("gloo", {.timeout = 60s});
+    auto group = get_default_group();
+    if (rank == 1) {
+      ASSERT_EQ(::prctl(PR_SET_DUMPABLE, 0), 0);
+    }
+    const std::size_t n = 1 << 20;
+    auto memory = group->allocate_shared_memory(n * sizeof(float));
+    EXPECT_EQ(static_cast<bool>(memory), rank == 0);
+    std::vector<float> ordinary;
+    float* data = memory ? static_cast<float*>(memory.get()) : (ordinary.resize(n), ordinary.data());
+    std::fill(data, data + n, static_cast<float>(rank + 1));
+    group->all_reduce(buffer_of(data, n))->wait();
+    EXPECT_EQ(data[0], 3.0f);
+    EXPECT_EQ(data[n - 1], 3.0f);
+    group.reset();
+    destroy_process_group();
+  });
 }
 
 class PlainGlooWorld : public ::testing::TestWithParam<int> {};
