@@ -140,20 +140,23 @@ bool HostCollectives::step_a(Buffer data, std::uint64_t mine, std::size_t j, Dea
   }
   sync_.publish(a, deadline, what);
   sync_.wait_all(a, deadline, what);
-  bool shared = mine != 0;
-  for (int p = 0; p < n; ++p) {
-    if (p == me) continue;
-    const std::uint64_t where = layout_.control(segment_.data(), p)->where[a & 1].load(std::memory_order_relaxed);
-    if (j == 0) {
-      buffers_->drop_stale(p);
-      bases_[p] = where ? peer_buffer(p, where, data.count * e, what) : nullptr;
-    }
-    shared = shared || where;
-  }
+  if (j == 0) shared_ = find_peers(a, mine, data.bytes(), what);
   std::size_t length;
   const std::size_t begin = piece(data.count, data.dtype, me, j, length);
   for (int p = 0; p < n; ++p) {
     srcs_[p] = p == me ? base + begin * e : bases_[p] ? bases_[p] + begin * e : slot(p, a) + me * layout_.chunk;
+  }
+  return shared_;
+}
+
+bool HostCollectives::find_peers(std::uint32_t step, std::uint64_t mine, std::size_t bytes, const char* what) {
+  bool shared = mine != 0;
+  for (int p = 0; p < size(); ++p) {
+    if (p == rank()) continue;
+    buffers_->drop_stale(p);
+    const std::uint64_t where = layout_.control(segment_.data(), p)->where[step & 1].load(std::memory_order_relaxed);
+    bases_[p] = where ? peer_buffer(p, where, bytes, what) : nullptr;
+    shared = shared || where;
   }
   return shared;
 }
@@ -199,20 +202,26 @@ void HostCollectives::gather_shares(Buffer data, Deadline deadline, const char* 
   const std::size_t e = element_size(data.dtype), rounds = this->rounds(data.count, data.dtype);
   char* base = static_cast<char*>(data.data);
   sync_.begin_op(op_signature(OpKind::GatherShares, data.dtype, data.count));
+  // A shared buffer's share is read where it is, not copied into the slot first.
+  const std::uint64_t mine = buffers_->locate(base, data.bytes());
+  bool shared = false;
   for (std::size_t j = 0; j < rounds; ++j) {
     const std::uint32_t s = sync_.next_step();
     sync_.ready_to_write(s, deadline, what);
+    layout_.control(segment_.data(), me)->where[s & 1].store(mine, std::memory_order_relaxed);
     std::size_t length;
     const std::size_t begin = piece(data.count, data.dtype, me, j, length);
-    copy_bytes(slot(me, s), base + begin * e, length * e);
+    if (!mine) copy_bytes(slot(me, s), base + begin * e, length * e);
     sync_.publish(s, deadline, what);
     sync_.wait_all(s, deadline, what);
+    if (j == 0) shared = find_peers(s, mine, data.bytes(), what);
     for (int q = 0; q < n; ++q) {
       if (q == me) continue;
       const std::size_t at = piece(data.count, data.dtype, q, j, length);
-      copy_bytes(base + at * e, slot(q, s), length * e);
+      copy_bytes(base + at * e, bases_[q] ? bases_[q] + at * e : slot(q, s), length * e);
     }
   }
+  if (shared) release_shared(deadline, what);
 }
 
 void HostCollectives::reduce_scatter(Buffer input, Buffer output, ReduceOp op, Deadline deadline) {

@@ -19,9 +19,9 @@
 // Buffers alternate per step, so a rank runs up to one step ahead of the slowest one.
 //
 // A buffer in this rank's shared memory (allocate_shared, shared_buffers.h) skips the slots on
-// the large path of all_reduce, reduce and reduce_share: its peers read its chunks where they are
-// and, in all_reduce, its reduced share too; an op where any rank's buffer is read so ends with
-// one step more, after which no peer reads it.
+// the large path of all_reduce, reduce and reduce_share, and in gather_shares: its peers read its
+// chunks where they are and, in all_reduce and gather_shares, its share too; an op where any
+// rank's buffer is read so ends with one step more, after which no peer reads it.
 #pragma once
 
 #include <chrono>
@@ -86,6 +86,9 @@ class HostCollectives {
   std::size_t rounds(std::size_t count, DataType dtype) const;
   std::size_t piece(std::size_t count, DataType dtype, int q, std::size_t j, std::size_t& length) const;
   bool step_a(Buffer data, std::uint64_t mine, std::size_t j, Deadline deadline, const char* what);
+  // After waiting for `step`: bases_ at the peers' buffers that they named shared at it (null where
+  // not), `bytes` long; whether any rank's, `mine` included, is shared (the same on every rank).
+  bool find_peers(std::uint32_t step, std::uint64_t mine, std::size_t bytes, const char* what);
   // Peer `peer`'s shared buffer (SharedBuffers::peer), errors naming the peer and the op.
   const char* peer_buffer(int peer, std::uint64_t where, std::size_t bytes, const char* what);
   // The step after which no peer reads this rank's shared buffer any more.
@@ -99,6 +102,7 @@ class HostCollectives {
   std::size_t small_bytes_;
   std::vector<const void*> srcs_;  // scratch: one source per rank
   std::vector<const char*> bases_;  // per rank, its shared buffer of the current op (null: none)
+  bool shared_ = false;             // whether any rank's buffer of the current op is shared
 };
 
 // Rank `index`'s share of a buffer of `count` elements of `dtype` cut among `ranks`, as
