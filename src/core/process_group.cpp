@@ -247,6 +247,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const std::string& backend, s
     BackendContext context{std::make_shared<PrefixStore>("backend", state->store), rank, size, options.timeout,
                            options.master_addr};
     state->backend = factory(context);
+    detail::all_connected(*state->store, options.name, rank, size, options.timeout);
     auto progress_store = state->store->clone();
     progress_store->set_timeout(detail::kDiagnosisBudget);  // a stopped store host must not hold the reporter long
     state->progress = std::make_unique<detail::ProgressSlot>(std::move(progress_store), rank);

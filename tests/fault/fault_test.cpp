@@ -7,6 +7,8 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -122,7 +124,8 @@ TEST_F(Faults, ARankKilledAtARandomMomentIsNamedByEveryoneAndNothingIsLeft) {
     auto pids = wait_for_trainers(dir(run), 2);
     ASSERT_EQ(pids.size(), 2u) << launch.all();
     std::this_thread::sleep_for(delay);
-    ASSERT_EQ(::kill(pids[victim], SIGKILL), 0);
+    // ESRCH: the job finished before the kill (checked below by its exit code).
+    ASSERT_TRUE(::kill(pids[victim], SIGKILL) == 0 || errno == ESRCH) << std::strerror(errno);
     const auto killed = Clock::now();
     ASSERT_TRUE(launch.wait(std::chrono::seconds(kTimeoutSeconds + 10 + 20))) << launch.all();
     EXPECT_LT(Clock::now() - killed, std::chrono::seconds(kTimeoutSeconds + 10)) << launch.all();
@@ -167,7 +170,8 @@ TEST_F(Faults, WithARestartTheJobResumesAndEndsExactlyAsAnUninterruptedRun) {
     ASSERT_EQ(pids.size(), 2u) << launch.all();
     std::this_thread::sleep_for(delay);
     const auto newest = Checkpoints({.directory = dir(run)}).list();
-    ASSERT_EQ(::kill(pids[victim], SIGKILL), 0);
+    // ESRCH: the job finished before the kill (a fast machine trains in under a second or two).
+    ASSERT_TRUE(::kill(pids[victim], SIGKILL) == 0 || errno == ESRCH) << std::strerror(errno);
     ASSERT_TRUE(launch.wait(120s)) << launch.all();
     ASSERT_EQ(launch.exit_code(), 0) << launch.all();
     if (launch.err().find("restarting") == std::string::npos && launch.all().find("resumed from") == std::string::npos) {

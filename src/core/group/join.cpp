@@ -36,6 +36,36 @@ std::string identity() { return cat("pid ", ::getpid(), " on ", local_hostname()
   leave_with(store, store.compare_set("join_error", "", message));
 }
 
+struct Missing {
+  std::vector<int> ranks;  // empty: every rank arrived
+  std::chrono::milliseconds waited{0};
+};
+
+// Waits until `prefix`<r> exists for every rank r; leaves with a join error as soon as one is
+// recorded.
+Missing wait_for_ranks(Store& store, const std::string& prefix, int size, std::chrono::milliseconds timeout) {
+  std::vector<std::string> keys;
+  for (int r = 0; r < size; ++r) keys.push_back(cat(prefix, r));
+  const auto start = Clock::now();
+  const auto deadline = start + timeout;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    try {
+      store.wait(keys, std::clamp(left, std::chrono::milliseconds(1), std::chrono::milliseconds(500)));
+      return {};
+    } catch (const TimeoutError&) {
+    }
+    if (store.check({"join_error"})) leave_with(store, store.get("join_error"));
+    if (Clock::now() >= deadline) break;
+  }
+  Missing missing;
+  for (int r = 0; r < size; ++r) {
+    if (!store.check({keys[static_cast<std::size_t>(r)]})) missing.ranks.push_back(r);
+  }
+  missing.waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+  return missing;
+}
+
 }  // namespace
 
 void join_group(Store& store, const std::string& name, int rank, int size, std::chrono::milliseconds timeout) {
@@ -53,29 +83,21 @@ void join_group(Store& store, const std::string& name, int rank, int size, std::
                            ". Start every process with the same WORLD_SIZE."));
   }
   store.set(cat("joined/", rank), me);
-  std::vector<std::string> keys;
-  for (int r = 0; r < size; ++r) keys.push_back(cat("joined/", r));
-  const auto start = Clock::now();
-  const auto deadline = start + timeout;
-  for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    try {
-      store.wait(keys, std::clamp(left, std::chrono::milliseconds(1), std::chrono::milliseconds(500)));
-      return;
-    } catch (const TimeoutError&) {
-    }
-    if (store.check({"join_error"})) leave_with(store, store.get("join_error"));
-    if (Clock::now() >= deadline) break;
-  }
-  std::vector<int> missing;
-  for (int r = 0; r < size; ++r) {
-    if (!store.check({cat("joined/", r)})) missing.push_back(r);
-  }
-  throw TimeoutError(cat("group '", name, "': rank", missing.size() == 1 ? " " : "s ", join(missing), " of ", size,
-                         " did not join within ",
-                         format_duration(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start)),
+  const auto missing = wait_for_ranks(store, "joined/", size, timeout);
+  if (missing.ranks.empty()) return;
+  throw TimeoutError(cat("group '", name, "': rank", missing.ranks.size() == 1 ? " " : "s ", join(missing.ranks), " of ",
+                         size, " did not join within ", format_duration(missing.waited),
                          ". They may not have been started, may have crashed before joining, or may be using another "
                          "MASTER_ADDR/MASTER_PORT or WORLD_SIZE."));
+}
+
+void all_connected(Store& store, const std::string& name, int rank, int size, std::chrono::milliseconds timeout) {
+  store.set(cat("connected/", rank), "1");
+  const auto missing = wait_for_ranks(store, "connected/", size, timeout);
+  if (missing.ranks.empty()) return;
+  throw TimeoutError(cat("group '", name, "': rank", missing.ranks.size() == 1 ? " " : "s ", join(missing.ranks), " of ",
+                         size, " did not finish connecting within ", format_duration(missing.waited),
+                         "; their output says why (a backend that failed to set up)"));
 }
 
 }  // namespace ddp::detail

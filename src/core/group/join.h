@@ -1,6 +1,6 @@
 // Joining a group through its store, before any backend exists: every rank claims its rank,
 // checks that all agree on the size, and waits for the others. Keys (under the group's prefix):
-// claims, rank/<r>/owner, size, joined/<r>, join_error, join_error_seen.
+// claims, rank/<r>/owner, size, joined/<r>, join_error, join_error_seen, connected/<r>.
 #pragma once
 
 #include <chrono>
@@ -15,5 +15,12 @@ namespace ddp::detail {
 // conflict found, which is recorded under "join_error"), and TimeoutError naming the ranks that
 // did not join within `timeout`.
 void join_group(Store& store, const std::string& name, int rank, int size, std::chrono::milliseconds timeout);
+
+// After the backend has connected: blocks until every rank's has (key connected/<r>), so that no
+// rank returns from creating the group, and may destroy it at once, while a slower peer is still
+// completing its connections (gloo's full mesh then fails on a reset: PyTorch ends
+// init_process_group with a store barrier for the same reason). TimeoutError names the ranks that
+// did not finish within `timeout`.
+void all_connected(Store& store, const std::string& name, int rank, int size, std::chrono::milliseconds timeout);
 
 }  // namespace ddp::detail
