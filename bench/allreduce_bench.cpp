@@ -89,22 +89,20 @@ int main(int argc, char** argv) {
     return typed;
   };
   const auto data_memory = allocate(), other_memory = allocate();
-  struct View {
-    float* p;
-    float* data() const { return p; }
-  } data{data_memory.get()}, other{other_memory.get()};
+  float* const data = data_memory.get();
+  float* const other = other_memory.get();
   const auto world = static_cast<std::size_t>(group->size());
   // Blocking ops, as torch.distributed's (async_op=False) are timed beside them.
   auto all_reduce = [&](std::size_t count) {
     std::shared_ptr<ddp::Work> work;
     const std::size_t part = count / world;
-    if (op == "all_reduce") work = group->all_reduce(ddp::buffer_of(data.data(), count), ddp::ReduceOp::SUM, ddp::Launch::OnWait);
-    if (op == "broadcast") work = group->broadcast(ddp::buffer_of(data.data(), count), 0, ddp::Launch::OnWait);
+    if (op == "all_reduce") work = group->all_reduce(ddp::buffer_of(data, count), ddp::ReduceOp::SUM, ddp::Launch::OnWait);
+    if (op == "broadcast") work = group->broadcast(ddp::buffer_of(data, count), 0, ddp::Launch::OnWait);
     if (op == "all_gather") {
-      work = group->all_gather(ddp::buffer_of(other.data(), part), ddp::buffer_of(data.data(), part * world), ddp::Launch::OnWait);
+      work = group->all_gather(ddp::buffer_of(other, part), ddp::buffer_of(data, part * world), ddp::Launch::OnWait);
     }
     if (op == "reduce_scatter") {
-      work = group->reduce_scatter(ddp::buffer_of(data.data(), part * world), ddp::buffer_of(other.data(), part),
+      work = group->reduce_scatter(ddp::buffer_of(data, part * world), ddp::buffer_of(other, part),
                                    ddp::ReduceOp::SUM, ddp::Launch::OnWait);
     }
     work->wait();

@@ -75,18 +75,19 @@ void HostCollectives::reduce_to(Buffer data, ReduceOp op, int root, Deadline dea
 
   const std::size_t rounds = this->rounds(count, data.dtype);
   const std::uint64_t mine = buffers_->locate(base, count * e);
-  bool shared = false;
+  // Whether this rank's reduced share goes out through its slot: all_reduce's peers read a shared
+  // buffer's where it is; reduce's root reads every other rank's from its slot.
+  const bool through_slot = root < 0 ? !mine : root != me;
   for (std::size_t j = 0; j < rounds; ++j) {
     // Step A: the other shares' chunks in, this share's chunk's sources (srcs_) from everyone's.
-    shared = step_a(data, mine, j, deadline, what);
+    step_a(data, mine, j, deadline, what);
     std::size_t length;
     const std::size_t begin = piece(count, data.dtype, me, j, length);
     // Step B: the reduced chunk goes out through this rank's other buffer (everyone is past step
     // A - 1, so that buffer is free) and, where this rank keeps the result, into its own data;
     // an all_reduce's peers read a shared buffer's result where it is.
     const std::uint32_t b = sync_.next_step();
-    char* out = root < 0 ? (mine ? nullptr : slot(me, b) + me * layout_.chunk)
-                         : (root != me ? slot(me, b) + me * layout_.chunk : nullptr);
+    char* out = through_slot ? slot(me, b) + me * layout_.chunk : nullptr;
     if (length > 0) shm::reduce(gets_result ? base + begin * e : nullptr, out, srcs_.data(), n, length, data.dtype, op);
     sync_.publish(b, deadline, what);
     if (!gets_result) continue;
@@ -99,7 +100,7 @@ void HostCollectives::reduce_to(Buffer data, ReduceOp op, int root, Deadline dea
       copy_bytes(base + at * e, from, len * e);
     }
   }
-  if (shared) release_shared(deadline, what);
+  if (shared_) release_shared(deadline, what);
 }
 
 HostCollectives::Share share_of(std::size_t count, DataType dtype, int ranks, int index) {
@@ -125,7 +126,7 @@ std::size_t HostCollectives::piece(std::size_t count, DataType dtype, int q, std
   return begin;
 }
 
-bool HostCollectives::step_a(Buffer data, std::uint64_t mine, std::size_t j, Deadline deadline, const char* what) {
+void HostCollectives::step_a(Buffer data, std::uint64_t mine, std::size_t j, Deadline deadline, const char* what) {
   const int n = size(), me = rank();
   const std::size_t e = element_size(data.dtype);
   char* base = static_cast<char*>(data.data);
@@ -146,7 +147,6 @@ bool HostCollectives::step_a(Buffer data, std::uint64_t mine, std::size_t j, Dea
   for (int p = 0; p < n; ++p) {
     srcs_[p] = p == me ? base + begin * e : bases_[p] ? bases_[p] + begin * e : slot(p, a) + me * layout_.chunk;
   }
-  return shared_;
 }
 
 bool HostCollectives::find_peers(std::uint32_t step, std::uint64_t mine, std::size_t bytes, const char* what) {
@@ -187,14 +187,13 @@ void HostCollectives::reduce_share(Buffer data, ReduceOp op, Deadline deadline) 
   char* base = static_cast<char*>(data.data);
   sync_.begin_op(op_signature(OpKind::ReduceShare, data.dtype, data.count, op));
   const std::uint64_t mine = buffers_->locate(base, data.count * e);
-  bool shared = false;
   for (std::size_t j = 0; j < rounds; ++j) {
-    shared = step_a(data, mine, j, deadline, "all_reduce");
+    step_a(data, mine, j, deadline, "all_reduce");
     std::size_t length;
     const std::size_t begin = piece(data.count, data.dtype, rank(), j, length);
     if (length > 0) shm::reduce(base + begin * e, nullptr, srcs_.data(), size(), length, data.dtype, op);
   }
-  if (shared) release_shared(deadline, "all_reduce");
+  if (shared_) release_shared(deadline, "all_reduce");
 }
 
 void HostCollectives::gather_shares(Buffer data, Deadline deadline, const char* what) {
@@ -204,7 +203,6 @@ void HostCollectives::gather_shares(Buffer data, Deadline deadline, const char* 
   sync_.begin_op(op_signature(OpKind::GatherShares, data.dtype, data.count));
   // A shared buffer's share is read where it is, not copied into the slot first.
   const std::uint64_t mine = buffers_->locate(base, data.bytes());
-  bool shared = false;
   for (std::size_t j = 0; j < rounds; ++j) {
     const std::uint32_t s = sync_.next_step();
     sync_.ready_to_write(s, deadline, what);
@@ -214,14 +212,14 @@ void HostCollectives::gather_shares(Buffer data, Deadline deadline, const char* 
     if (!mine) copy_bytes(slot(me, s), base + begin * e, length * e);
     sync_.publish(s, deadline, what);
     sync_.wait_all(s, deadline, what);
-    if (j == 0) shared = find_peers(s, mine, data.bytes(), what);
+    if (j == 0) shared_ = find_peers(s, mine, data.bytes(), what);
     for (int q = 0; q < n; ++q) {
       if (q == me) continue;
       const std::size_t at = piece(data.count, data.dtype, q, j, length);
       copy_bytes(base + at * e, bases_[q] ? bases_[q] + at * e : slot(q, s), length * e);
     }
   }
-  if (shared) release_shared(deadline, what);
+  if (shared_) release_shared(deadline, what);
 }
 
 void HostCollectives::reduce_scatter(Buffer input, Buffer output, ReduceOp op, Deadline deadline) {

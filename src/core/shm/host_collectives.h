@@ -81,11 +81,11 @@ class HostCollectives {
   // The large path's rounds of one chunk per share, round j's piece of share q, and its step A:
   // the other shares' pieces copied in (unless `mine`, this buffer's place in shared memory, says
   // the peers read them where they are), srcs_ pointed at everyone's copy of this rank's piece,
-  // and at round 0 bases_ at the peers' buffers where they are shared (null where not). Returns
-  // whether any rank's buffer is shared, the same on every rank.
+  // and at round 0 bases_ at the peers' buffers where they are shared (null where not) and
+  // shared_.
   std::size_t rounds(std::size_t count, DataType dtype) const;
   std::size_t piece(std::size_t count, DataType dtype, int q, std::size_t j, std::size_t& length) const;
-  bool step_a(Buffer data, std::uint64_t mine, std::size_t j, Deadline deadline, const char* what);
+  void step_a(Buffer data, std::uint64_t mine, std::size_t j, Deadline deadline, const char* what);
   // After waiting for `step`: bases_ at the peers' buffers that they named shared at it (null where
   // not), `bytes` long; whether any rank's, `mine` included, is shared (the same on every rank).
   bool find_peers(std::uint32_t step, std::uint64_t mine, std::size_t bytes, const char* what);
@@ -102,7 +102,7 @@ class HostCollectives {
   std::size_t small_bytes_;
   std::vector<const void*> srcs_;  // scratch: one source per rank
   std::vector<const char*> bases_;  // per rank, its shared buffer of the current op (null: none)
-  bool shared_ = false;             // whether any rank's buffer of the current op is shared
+  bool shared_ = false;             // whether any rank's buffer of the current op is shared (the same on every rank)
 };
 
 // Rank `index`'s share of a buffer of `count` elements of `dtype` cut among `ranks`, as
