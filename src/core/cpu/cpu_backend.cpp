@@ -137,7 +137,7 @@ std::unique_ptr<Backend> make_cpu_backend(const BackendContext& ctx) {
   }
 
   const GlooPlacement placement{.one_network = shm::one_network(ids)};
-  auto gloo = make_gloo_backend(ctx, placement);
+  auto gloo = make_gloo_backend(ctx, placement, tuning.gloo_doubling_bytes);
   if (!plan.shm) return gloo;
   // Across hosts, every host with the same number L > 1 of ranks: L lanes (local index l of every
   // host), all ranks taking part. Otherwise one rank per host carries the host's whole buffer.
@@ -147,7 +147,7 @@ std::unique_ptr<Backend> make_cpu_backend(const BackendContext& ctx) {
     const std::string prefix = striped ? "lane" + std::to_string(plan.local) : "leaders";
     BackendContext across_ctx{std::make_shared<PrefixStore>(prefix, ctx.store), plan.host,
                               static_cast<int>(plan.hosts.size()), ctx.timeout, ctx.master_addr};
-    across = make_gloo_backend(across_ctx, placement);
+    across = make_gloo_backend(across_ctx, placement, tuning.gloo_doubling_bytes);
   }
   if (plan.single_host()) {
     log(LogLevel::Debug, "rank ", ctx.rank, ": shared memory with ", plan.my_host().size(), " ranks on this host");

@@ -2,6 +2,7 @@
 // (cpu/cpu_backend.h) that talks between hosts.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 
 #include "ddp/backend.h"
@@ -17,6 +18,9 @@ struct GlooPlacement {
 // DDP_SOCKET_IFNAME when set; else loopback for a loopback master; else the local address that
 // routes to the master; else loopback when every rank shares this network; else this host's name,
 // which must resolve (otherwise IOError saying what to set). Throws on rendezvous failure or timeout.
-std::unique_ptr<Backend> make_gloo_backend(const BackendContext& context, GlooPlacement placement = {});
+// An all_reduce of at most `doubling_bytes` takes recursive doubling (doubling.h) instead of Gloo's
+// ring; rank 0's value holds for every rank, which must take the same path.
+std::unique_ptr<Backend> make_gloo_backend(const BackendContext& context, GlooPlacement placement = {},
+                                           std::size_t doubling_bytes = 0);
 
 }  // namespace ddp::detail

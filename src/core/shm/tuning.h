@@ -1,5 +1,6 @@
-// The knobs of the shared-memory path, read from the environment when a group is created.
-// docs/SHM.md explains each one and how the defaults were chosen.
+// The knobs of the CPU backend (the shared-memory path, and its small all_reduce over TCP), read
+// from the environment when a group is created. docs/SHM.md explains each one and how the defaults
+// were chosen.
 #pragma once
 
 #include <chrono>
@@ -40,6 +41,12 @@ struct Tuning {
   // as fast or faster at every size on emulated nodes (docs/SHM.md). For links that one stream
   // cannot fill.
   std::size_t gather_stripe_bytes = std::numeric_limits<std::int64_t>::max();
+  // DDP_GLOO_DOUBLING_BYTES: over TCP (gloo: between hosts, or every rank with DDP_SHM=0), an
+  // all_reduce of at most this many bytes takes recursive doubling, log2(n) rounds, instead of
+  // Gloo's ring, 2(n - 1) rounds: below it a round's latency costs more than the extra bytes
+  // (each round carries the whole buffer; docs/COLLECTIVES.md). The default is the crossover
+  // measured at 4 nodes on 10 Gbit/s links. 0: always the ring.
+  std::size_t gloo_doubling_bytes = 1u << 20;
   // DDP_SHM_SPIN_US: how long a wait spins before it sleeps on a futex (0: sleep at once).
   std::chrono::microseconds spin{50};
   // DDP_SHM_HOST_ID: replaces the detected host identity (hostname, boot id, pid namespace). Ranks

@@ -54,6 +54,30 @@ TEST(Failures, APeerKilledMidCollectiveIsNamedOnEveryOtherRank) {
   if (!test::is_rank_process()) ::unlink(done_file.c_str());
 }
 
+// The same on the small all_reduce's recursive doubling (DDP_SHM=0, 3 ranks: rank 0 folds into
+// rank 1, which exchanges with rank 2): rank 2 dies instead of joining all_reduce #1.
+TEST(Failures, APeerLostInASmallAllReduceOverTcpIsNamed) {
+  const std::string done_file = temp_path("rank1-done-small");
+  test::run_ranks(3, [](int rank, int) {
+    init_process_group("gloo", {.timeout = 30s});
+    auto group = get_default_group();
+    std::vector<float> small(1024, 1.0f);
+    group->all_reduce(buffer_of(small.data(), small.size()))->wait();
+    EXPECT_EQ(small[0], 3.0f);
+    if (rank == 2) ::raise(SIGKILL);
+    const auto start = Clock::now();
+    expect_error<PeerLostError>([&] { group->all_reduce(buffer_of(small.data(), small.size()))->wait(); },
+                                {"all_reduce #1", "group 'world'", "Lost rank 2", "died"});
+    EXPECT_LT(Clock::now() - start, 15s) << "took longer than necessary: the timeout is 30 s";
+    const char* done = std::getenv("DONE_FILE");
+    if (rank == 1) std::ofstream(done) << "done";
+    for (auto until = Clock::now() + 20s; rank == 0 && !std::ifstream(done) && Clock::now() < until;) {
+      std::this_thread::sleep_for(10ms);
+    }
+  }, {.env = {{"DDP_SHM", "0"}, {"DONE_FILE", done_file}}, .killed = {2}});
+  if (!test::is_rank_process()) ::unlink(done_file.c_str());
+}
+
 TEST(Failures, GlooIgnoresSigpipeUnlessTheProgramHandlesIt) {
   // A write to a dead peer's socket raises SIGPIPE, which by default kills the writer before its
   // error can name the peer (the test above lost rank 0 to signal 13 once in 20 runs under ASan).
