@@ -6,6 +6,7 @@
 #include <chrono>
 #include <string>
 
+#include "ddp/error.h"
 #include "ddp/prefix_store.h"
 #include "ddp/store.h"
 #include "cpu/hierarchy.h"
@@ -103,6 +104,18 @@ class CpuBackend final : public Backend {
   std::unique_ptr<Hierarchy> hierarchy_;   // several hosts
 };
 
+// Group rank 0's `mine` under `key`: a setting that decides which algorithm runs, so every rank
+// must use the same one. Rank 0 publishes its own; the others read it.
+std::string rank_zeros(const BackendContext& ctx, const std::string& key, std::string mine,
+                       std::chrono::steady_clock::time_point deadline) {
+  if (ctx.rank == 0) {
+    ctx.store->set(key, mine);
+    return mine;
+  }
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+  return ctx.store->get(key, std::max(left, std::chrono::milliseconds(1)));
+}
+
 }  // namespace
 
 std::unique_ptr<Backend> make_cpu_backend(const BackendContext& ctx) {
@@ -137,7 +150,11 @@ std::unique_ptr<Backend> make_cpu_backend(const BackendContext& ctx) {
   }
 
   const GlooPlacement placement{.one_network = shm::one_network(ids)};
-  auto gloo = make_gloo_backend(ctx, placement, tuning.gloo_doubling_bytes);
+  const std::string doubling_key = "gloo_doubling_bytes";
+  const auto doubling = parse_int(rank_zeros(ctx, doubling_key, std::to_string(tuning.gloo_doubling_bytes), deadline));
+  if (!doubling || *doubling < 0) throw InvalidArgument(cat("gloo: rank 0 published a malformed ", doubling_key));
+  const auto doubling_bytes = static_cast<std::size_t>(*doubling);
+  auto gloo = make_gloo_backend(ctx, placement, doubling_bytes);
   if (!plan.shm) return gloo;
   // Across hosts, every host with the same number L > 1 of ranks: L lanes (local index l of every
   // host), all ranks taking part. Otherwise one rank per host carries the host's whole buffer.
@@ -147,7 +164,7 @@ std::unique_ptr<Backend> make_cpu_backend(const BackendContext& ctx) {
     const std::string prefix = striped ? "lane" + std::to_string(plan.local) : "leaders";
     BackendContext across_ctx{std::make_shared<PrefixStore>(prefix, ctx.store), plan.host,
                               static_cast<int>(plan.hosts.size()), ctx.timeout, ctx.master_addr};
-    across = make_gloo_backend(across_ctx, placement, tuning.gloo_doubling_bytes);
+    across = make_gloo_backend(across_ctx, placement, doubling_bytes);
   }
   if (plan.single_host()) {
     log(LogLevel::Debug, "rank ", ctx.rank, ": shared memory with ", plan.my_host().size(), " ranks on this host");
@@ -156,12 +173,7 @@ std::unique_ptr<Backend> make_cpu_backend(const BackendContext& ctx) {
   // Every rank must take the same path and chunks for the same buffer: rank 0's thresholds hold.
   Hierarchy::Thresholds thresholds{tuning.stripe_bytes, tuning.stripe_chunk_bytes, tuning.gather_chunk_bytes,
                                    tuning.gather_stripe_bytes};
-  if (ctx.rank == 0) {
-    ctx.store->set("hierarchy_thresholds", encode_thresholds(thresholds));
-  } else {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    thresholds = decode_thresholds(ctx.store->get("hierarchy_thresholds", std::max(left, std::chrono::milliseconds(1))));
-  }
+  thresholds = decode_thresholds(rank_zeros(ctx, "hierarchy_thresholds", encode_thresholds(thresholds), deadline));
   if (plan.my_host().size() < 2) host.reset();
   log(LogLevel::Debug, "rank ", ctx.rank, ": shared memory with ", plan.my_host().size(), " ranks on this host, ",
       plan.hosts.size(), " hosts", striped ? ", striped over every rank's lane" : ", through the hosts' first ranks");

@@ -175,24 +175,16 @@ std::shared_ptr<gloo::transport::Device> shared_device(const std::string& master
 class GlooBackend final : public Backend {
  public:
   GlooBackend(const BackendContext& ctx, GlooPlacement placement, std::size_t doubling_bytes)
-      : rank_(ctx.rank), size_(ctx.size), doubling_(recursive_doubling(ctx.rank, ctx.size)) {
+      : rank_(ctx.rank),
+        size_(ctx.size),
+        doubling_(recursive_doubling(ctx.rank, ctx.size)),
+        doubling_bytes_(doubling_bytes) {
     auto device = shared_device(ctx.master_addr, placement);
     auto context = std::make_shared<gloo::rendezvous::Context>(ctx.rank, ctx.size);
     context->setTimeout(ctx.timeout);
-    // Rank 0's threshold holds: ranks on different algorithms would wait for each other's messages
-    // until the timeout. Published before the mesh, which no rank completes without rank 0's
-    // address, so the others find it there.
-    const std::string key = "gloo_doubling_bytes";
-    if (rank_ == 0) ctx.store->set(key, std::to_string(doubling_bytes));
     StoreAdapter store(*ctx.store);
     guarded("connecting the full mesh", [&] { context->connectFullMesh(store, device); });
     context_ = std::move(context);
-    doubling_bytes_ = doubling_bytes;
-    if (rank_ != 0) {
-      const auto agreed = parse_int(ctx.store->get(key, ctx.timeout));
-      if (!agreed || *agreed < 0) throw InvalidArgument(cat("gloo: rank 0 published a malformed ", key));
-      doubling_bytes_ = static_cast<std::size_t>(*agreed);
-    }
   }
 
   std::string_view name() const override { return "gloo"; }
@@ -325,14 +317,16 @@ class GlooBackend final : public Backend {
       auto theirs = context->createUnboundBuffer(scratch_.data(), bytes);
       for (const DoublingStep& step : doubling_) {
         const std::uint64_t slot = (std::uint64_t{0xfd} << 56) | (std::uint64_t{tag} << 8) | step.round;
-        if (step.kind == DoublingStep::Send || step.kind == DoublingStep::Exchange) mine->send(step.peer, slot);
-        if (step.kind == DoublingStep::Receive) mine->recv(step.peer, slot);
-        if (step.kind == DoublingStep::Fold || step.kind == DoublingStep::Exchange) theirs->recv(step.peer, slot);
-        if (step.kind == DoublingStep::Receive) mine->waitRecv(remaining(deadline));
-        if (step.kind == DoublingStep::Fold || step.kind == DoublingStep::Exchange) theirs->waitRecv(remaining(deadline));
+        const bool sends = step.kind == DoublingStep::Send || step.kind == DoublingStep::Exchange;
+        const bool folds = step.kind == DoublingStep::Fold || step.kind == DoublingStep::Exchange;
+        // The result lands in my buffer; a partner's share in scratch_, to be reduced into mine.
+        auto* in = step.kind == DoublingStep::Receive ? mine.get() : folds ? theirs.get() : nullptr;
+        if (sends) mine->send(step.peer, slot);
+        if (in) in->recv(step.peer, slot);
+        if (in) in->waitRecv(remaining(deadline));
         // Sent before the reduction overwrites it (waitSend: the bytes are in the socket).
-        if (step.kind == DoublingStep::Send || step.kind == DoublingStep::Exchange) mine->waitSend(remaining(deadline));
-        if (step.kind == DoublingStep::Fold || step.kind == DoublingStep::Exchange) {
+        if (sends) mine->waitSend(remaining(deadline));
+        if (folds) {
           const void* left = step.mine_first ? data.data : scratch_.data();
           const void* right = step.mine_first ? scratch_.data() : data.data;
           detail::reduce(data.data, left, right, data.count, data.dtype, op);
@@ -360,7 +354,7 @@ class GlooBackend final : public Backend {
   std::uint32_t tag_ = 0;
   std::shared_ptr<gloo::Context> context_;
   std::vector<DoublingStep> doubling_;  // this rank's steps of a small all_reduce
-  std::size_t doubling_bytes_ = 0;      // all_reduces of at most this many bytes take them
+  std::size_t doubling_bytes_;          // all_reduces of at most this many bytes take them
   std::vector<char> scratch_;           // the partner's buffer in a step
 };
 

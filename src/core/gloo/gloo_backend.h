@@ -19,7 +19,7 @@ struct GlooPlacement {
 // routes to the master; else loopback when every rank shares this network; else this host's name,
 // which must resolve (otherwise IOError saying what to set). Throws on rendezvous failure or timeout.
 // An all_reduce of at most `doubling_bytes` takes recursive doubling (doubling.h) instead of Gloo's
-// ring; rank 0's value holds for every rank, which must take the same path.
+// ring; every rank of the group must pass the same value (cpu_backend passes group rank 0's).
 std::unique_ptr<Backend> make_gloo_backend(const BackendContext& context, GlooPlacement placement = {},
                                            std::size_t doubling_bytes = 0);
 

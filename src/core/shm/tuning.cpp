@@ -41,7 +41,9 @@ Tuning Tuning::from_env() {
   if (auto v = read_int("DDP_SHM_GATHER_STRIPE_BYTES", 0, std::int64_t{1} << 40)) {
     t.gather_stripe_bytes = static_cast<std::size_t>(*v);
   }
-  if (auto v = read_int("DDP_GLOO_DOUBLING_BYTES", 0, std::int64_t{1} << 40)) t.gloo_doubling_bytes = static_cast<std::size_t>(*v);
+  if (auto v = read_int("DDP_GLOO_DOUBLING_BYTES", 0, std::int64_t{1} << 40)) {
+    t.gloo_doubling_bytes = static_cast<std::size_t>(*v);
+  }
   if (auto v = read_int("DDP_SHM_SPIN_US", 0, 1000000)) t.spin = std::chrono::microseconds(*v);
   if (const char* id = std::getenv("DDP_SHM_HOST_ID")) t.host_id = id;
   return t;
