@@ -12,6 +12,7 @@
 #include "group/execute.h"
 #include "group/failure.h"
 #include "group/join.h"
+#include "group/last_words.h"
 #include "group/local_backend.h"
 #include "group/op.h"
 #include "group/progress.h"
@@ -40,7 +41,8 @@ struct ProcessGroup::State {
   std::shared_ptr<Store> store;  // this group's keys
   std::unique_ptr<Backend> backend;
   std::unique_ptr<detail::ProgressSlot> progress;
-  std::unique_ptr<detail::FailureHandler> failures;  // groups of more than one
+  std::shared_ptr<detail::FailureHandler> failures;  // groups of more than one
+  std::uint64_t last_words = 0;                      // its note for the peers should the process end (group/last_words)
   FlightRecorder* flight = nullptr;  // the process's flight recorder
   std::uint32_t flight_group = 0;    // this group's index in it
 
@@ -243,7 +245,10 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const std::string& backend, s
     detail::join_group(*state->store, options.name, rank, size, options.timeout);
     auto diag = state->store->clone();
     diag->set_timeout(detail::kDiagnosisBudget);
-    state->failures = std::make_unique<detail::FailureHandler>(std::move(diag), options.name, rank, state->global_ranks);
+    state->failures = std::make_shared<detail::FailureHandler>(std::move(diag), options.name, rank, state->global_ranks);
+    state->last_words = detail::add_last_words([failures = std::weak_ptr(state->failures)](const std::string& message) {
+      if (auto f = failures.lock()) f->record(message);
+    });
     BackendContext context{std::make_shared<PrefixStore>("backend", state->store), rank, size, options.timeout,
                            options.master_addr};
     state->backend = factory(context);
@@ -260,6 +265,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const std::string& backend, s
 ProcessGroup::ProcessGroup(std::shared_ptr<State> state) : state_(std::move(state)) {}
 
 ProcessGroup::~ProcessGroup() {
+  if (state_->last_words) detail::remove_last_words(state_->last_words);
   // Runs what is queued (each op bounded by the timeout) and waits for an op a caller runs, then
   // joins; a Work waited for later finds its op done.
   if (state_->worker) state_->worker->stop();

@@ -164,7 +164,9 @@ std::unique_ptr<Backend> make_cpu_backend(const BackendContext& ctx) {
     const std::string prefix = striped ? "lane" + std::to_string(plan.local) : "leaders";
     BackendContext across_ctx{std::make_shared<PrefixStore>(prefix, ctx.store), plan.host,
                               static_cast<int>(plan.hosts.size()), ctx.timeout, ctx.master_addr};
-    across = make_gloo_backend(across_ctx, placement, doubling_bytes);
+    GlooPlacement across_placement = placement;
+    for (const auto& ranks : plan.hosts) across_placement.group_ranks.push_back(ranks[striped ? plan.local : 0]);
+    across = make_gloo_backend(across_ctx, across_placement, doubling_bytes);
   }
   if (plan.single_host()) {
     log(LogLevel::Debug, "rank ", ctx.rank, ": shared memory with ", plan.my_host().size(), " ranks on this host");

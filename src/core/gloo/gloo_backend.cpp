@@ -12,7 +12,9 @@
 #include <gloo/scatter.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <algorithm>
 #include <csignal>
+#include <cstring>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -24,6 +26,7 @@
 #include "ddp/store.h"
 #include "gloo/doubling.h"
 #include "gloo/gloo_backend.h"
+#include "gloo/termination.h"
 #include "net/socket.h"
 #include "reduce/reduce.h"
 #include "util/error_kind.h"
@@ -107,7 +110,7 @@ void guarded(std::string_view what, Fn&& fn) {
 }
 
 // The address or interface Gloo listens on (see make_gloo_backend).
-gloo::transport::tcp::attr device_attr(const std::string& master_addr, GlooPlacement placement) {
+gloo::transport::tcp::attr device_attr(const std::string& master_addr, const GlooPlacement& placement) {
   gloo::transport::tcp::attr attr;
   for (const char* name : {"DDP_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"}) {
     const char* iface = std::getenv(name);
@@ -153,8 +156,9 @@ void ignore_sigpipe() {
 }
 
 // One device (one I/O thread) per interface, shared by every group of the process.
-std::shared_ptr<gloo::transport::Device> shared_device(const std::string& master_addr, GlooPlacement placement) {
+std::shared_ptr<gloo::transport::Device> shared_device(const std::string& master_addr, const GlooPlacement& placement) {
   ignore_sigpipe();
+  explain_gloo_terminations();  // the one thread of each device: an exception there ends the process
   static std::mutex mutex;
   static std::map<std::string, std::shared_ptr<gloo::transport::Device>> devices;
   auto attr = device_attr(master_addr, placement);
@@ -174,11 +178,12 @@ std::shared_ptr<gloo::transport::Device> shared_device(const std::string& master
 
 class GlooBackend final : public Backend {
  public:
-  GlooBackend(const BackendContext& ctx, GlooPlacement placement, std::size_t doubling_bytes)
+  GlooBackend(const BackendContext& ctx, const GlooPlacement& placement, std::size_t doubling_bytes)
       : rank_(ctx.rank),
         size_(ctx.size),
         doubling_(recursive_doubling(ctx.rank, ctx.size)),
-        doubling_bytes_(doubling_bytes) {
+        doubling_bytes_(doubling_bytes),
+        group_ranks_(placement.group_ranks) {
     auto device = shared_device(ctx.master_addr, placement);
     auto context = std::make_shared<gloo::rendezvous::Context>(ctx.rank, ctx.size);
     context->setTimeout(ctx.timeout);
@@ -306,33 +311,74 @@ class GlooBackend final : public Backend {
     });
   }
 
-  // recursive_doubling's steps (doubling.h) over unbound buffers: this rank's buffer and scratch_.
+  // What a doubling step's message starts with: the call its sender is in. Ranks that called
+  // all_reduces of different sizes or types are told so by it, before the data's size can matter:
+  // a message larger than its receive is an assertion in Gloo's network thread, which ends the
+  // process. Every message fits its receive: no rank on this path sends more than a header and
+  // doubling_bytes_ (the group's value). One message per step (a header of its own would cost a
+  // wake-up more: 1.8x at 4 KB), so the steps run on a copy of the buffer behind the header.
+  struct Header {
+    std::uint64_t count = 0;
+    std::uint32_t dtype = 0, op = 0;
+    bool operator==(const Header&) const = default;
+  };
+  static constexpr std::size_t kHeader = sizeof(Header);
+
+  // recursive_doubling's steps (doubling.h) over unbound buffers: work_ (header, this rank's
+  // values) and scratch_ (the partner's message).
   void doubling_all_reduce(Buffer data, ReduceOp op, Deadline deadline) {
     guarded("all_reduce", [&] {
       const auto context = context_;  // as Gloo's options hold it, should abort() drop ours
       const std::uint32_t tag = next_tag();
       const std::size_t bytes = data.bytes();
-      if (scratch_.size() < bytes) scratch_.resize(bytes);
-      auto mine = context->createUnboundBuffer(data.data, bytes);
-      auto theirs = context->createUnboundBuffer(scratch_.data(), bytes);
+      const Header header{data.count, static_cast<std::uint32_t>(data.dtype), static_cast<std::uint32_t>(op)};
+      if (work_.size() < kHeader + bytes) work_.resize(kHeader + bytes);
+      if (scratch_.size() < kHeader + std::max(bytes, doubling_bytes_)) scratch_.resize(kHeader + std::max(bytes, doubling_bytes_));
+      std::memcpy(work_.data(), &header, kHeader);
+      std::memcpy(work_.data() + kHeader, data.data, bytes);
+      char* values = work_.data() + kHeader;
+      const char* theirs_values = scratch_.data() + kHeader;
+      auto mine = context->createUnboundBuffer(work_.data(), kHeader + bytes);
+      auto theirs = context->createUnboundBuffer(scratch_.data(), scratch_.size());
       for (const DoublingStep& step : doubling_) {
         const std::uint64_t slot = (std::uint64_t{0xfd} << 56) | (std::uint64_t{tag} << 8) | step.round;
         const bool sends = step.kind == DoublingStep::Send || step.kind == DoublingStep::Exchange;
-        const bool folds = step.kind == DoublingStep::Fold || step.kind == DoublingStep::Exchange;
-        // The result lands in my buffer; a partner's share in scratch_, to be reduced into mine.
-        auto* in = step.kind == DoublingStep::Receive ? mine.get() : folds ? theirs.get() : nullptr;
+        const bool receives = step.kind != DoublingStep::Send;
         if (sends) mine->send(step.peer, slot);
-        if (in) in->recv(step.peer, slot);
-        if (in) in->waitRecv(remaining(deadline));
+        if (receives) {
+          theirs->recv(step.peer, slot);
+          theirs->waitRecv(remaining(deadline));
+          Header theirs_header;
+          std::memcpy(&theirs_header, scratch_.data(), kHeader);
+          if (!(theirs_header == header)) throw MismatchError(mismatch(header, theirs_header, step.peer));
+        }
         // Sent before the reduction overwrites it (waitSend: the bytes are in the socket).
         if (sends) mine->waitSend(remaining(deadline));
-        if (folds) {
-          const void* left = step.mine_first ? data.data : scratch_.data();
-          const void* right = step.mine_first ? scratch_.data() : data.data;
-          detail::reduce(data.data, left, right, data.count, data.dtype, op);
+        if (step.kind == DoublingStep::Receive) std::memcpy(values, theirs_values, bytes);  // the result
+        if (step.kind == DoublingStep::Fold || step.kind == DoublingStep::Exchange) {
+          const void* left = step.mine_first ? values : theirs_values;
+          const void* right = step.mine_first ? theirs_values : values;
+          detail::reduce(values, left, right, data.count, data.dtype, op);
         }
       }
+      std::memcpy(data.data, values, bytes);
     });
+  }
+
+  std::string mismatch(const Header& mine, const Header& theirs, int peer) const {
+    const auto call = [](const Header& h) {
+      return cat("all_reduce (", to_string(static_cast<DataType>(h.dtype)), " x ", h.count, ", ",
+                 to_string(static_cast<ReduceOp>(h.op)), ")");
+    };
+    return cat("the ranks called different collectives: this rank (rank ", group_rank(rank_), ") called ", call(mine),
+               " where rank ", group_rank(peer), " called ", call(theirs),
+               ". Every rank must call the same collectives, with the same sizes and types, in the same order "
+               "(DDP_DEBUG=1 names every rank's call and its sequence number; ddp::join for uneven inputs)");
+  }
+
+  // The group rank of this context's rank `r` (a lane's or the hosts' leaders' context is not the group's).
+  int group_rank(int r) const {
+    return group_ranks_.empty() ? r : group_ranks_.at(static_cast<std::size_t>(r));
   }
 
   template <typename T>
@@ -355,12 +401,14 @@ class GlooBackend final : public Backend {
   std::shared_ptr<gloo::Context> context_;
   std::vector<DoublingStep> doubling_;  // this rank's steps of a small all_reduce
   std::size_t doubling_bytes_;          // all_reduces of at most this many bytes take them
-  std::vector<char> scratch_;           // the partner's buffer in a step
+  std::vector<char> work_;              // a step's message: header, this rank's values
+  std::vector<char> scratch_;           // the partner's message in a step
+  std::vector<int> group_ranks_;        // placement.group_ranks: names peers in errors
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_gloo_backend(const BackendContext& context, GlooPlacement placement,
+std::unique_ptr<Backend> make_gloo_backend(const BackendContext& context, const GlooPlacement& placement,
                                            std::size_t doubling_bytes) {
   return std::make_unique<GlooBackend>(context, placement, doubling_bytes);
 }

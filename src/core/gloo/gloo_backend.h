@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <vector>
 
 #include "ddp/backend.h"
 
@@ -12,6 +13,8 @@ namespace ddp::detail {
 // What the group knows about where its ranks are, for choosing the address Gloo listens on.
 struct GlooPlacement {
   bool one_network = false;  // every rank is in this rank's network namespace: loopback reaches them all
+  // The group rank of each rank of this context, for errors (empty: the context is the group's).
+  std::vector<int> group_ranks;
 };
 
 // Connects the full mesh through context.store. The address: GLOO_SOCKET_IFNAME (as PyTorch) or
@@ -20,7 +23,7 @@ struct GlooPlacement {
 // which must resolve (otherwise IOError saying what to set). Throws on rendezvous failure or timeout.
 // An all_reduce of at most `doubling_bytes` takes recursive doubling (doubling.h) instead of Gloo's
 // ring; every rank of the group must pass the same value (cpu_backend passes group rank 0's).
-std::unique_ptr<Backend> make_gloo_backend(const BackendContext& context, GlooPlacement placement = {},
+std::unique_ptr<Backend> make_gloo_backend(const BackendContext& context, const GlooPlacement& placement = {},
                                            std::size_t doubling_bytes = 0);
 
 }  // namespace ddp::detail

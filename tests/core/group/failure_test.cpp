@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <initializer_list>
 #include <thread>
 
 #include "ddp/distributed.h"
@@ -21,13 +22,17 @@ using Clock = std::chrono::steady_clock;
 
 std::string temp_path(const char* what) { return "/tmp/ddp-test-" + std::to_string(::getpid()) + "-" + what; }
 
-// Rank 0 hosts the store that rank 1's diagnosis reads: it stays until rank 1 (told by the file
-// named in DONE_FILE) is done.
-void hold_the_store_until_rank_1_is_done(int rank) {
-  const char* done = std::getenv("DONE_FILE");
-  if (rank == 1) std::ofstream(done) << "done";
-  for (auto until = Clock::now() + 20s; rank == 0 && !std::ifstream(done) && Clock::now() < until;) {
-    std::this_thread::sleep_for(10ms);
+// Rank 0 hosts the store that the others' diagnoses read: it stays until each rank in `waited`
+// (told by the file DONE_FILE.<rank>) is done.
+void hold_the_store_until_done(int rank, std::initializer_list<int> waited) {
+  const std::string done = std::getenv("DONE_FILE");
+  if (rank != 0) std::ofstream(done + "." + std::to_string(rank)) << "done";
+  for (int r : waited) {
+    const std::string file = done + "." + std::to_string(r);
+    for (auto until = Clock::now() + 20s; rank == 0 && !std::ifstream(file) && Clock::now() < until;) {
+      std::this_thread::sleep_for(10ms);
+    }
+    if (rank == 0) ::unlink(file.c_str());
   }
 }
 
@@ -53,7 +58,7 @@ TEST(Failures, APeerKilledMidCollectiveIsNamedOnEveryOtherRank) {
     auto later = expect_error<PeerLostError>([&] { group->barrier()->wait(); }, {"Lost rank 2"});
     EXPECT_EQ(later, first);
     EXPECT_LT(Clock::now() - again, 1s);
-    hold_the_store_until_rank_1_is_done(rank);
+    hold_the_store_until_done(rank, {1});
   }, {.env = {{"DDP_SHM", "0"}, {"DONE_FILE", done_file}}, .killed = {2}});
   if (!test::is_rank_process()) ::unlink(done_file.c_str());
 }
@@ -73,9 +78,73 @@ TEST(Failures, APeerLostInASmallAllReduceOverTcpIsNamed) {
     expect_error<PeerLostError>([&] { group->all_reduce(buffer_of(small.data(), small.size()))->wait(); },
                                 {"all_reduce #1", "group 'world'", "Lost rank 2", "died"});
     EXPECT_LT(Clock::now() - start, 15s) << "took longer than necessary: the timeout is 30 s";
-    hold_the_store_until_rank_1_is_done(rank);
+    hold_the_store_until_done(rank, {1});
   }, {.env = {{"DDP_SHM", "0"}, {"DONE_FILE", done_file}}, .killed = {2}});
   if (!test::is_rank_process()) ::unlink(done_file.c_str());
+}
+
+// Small all_reduces across TCP take recursive doubling, whose partners send their call before
+// their data: different sizes are a mismatch named at once, not a receive overflowed in Gloo's
+// network thread (which ends the process). Three ranks: rank 2 folds into rank 0 first.
+TEST(Failures, SmallAllReducesOfDifferentSizesOverTcpAreAMismatchNamingBothCalls) {
+  const std::string done_file = temp_path("mismatch-done");
+  test::run_ranks(3, [](int rank, int) {
+    init_process_group("gloo", {.timeout = 30s});
+    auto group = get_default_group();
+    std::vector<float> data(rank == 1 ? 1000 : 100, 1.0f);
+    const auto start = Clock::now();
+    // The rank whose partner's header came first names both calls from it; its partner, whose
+    // connection then closed, from the first one's progress record: both name both calls.
+    if (rank == 0) {
+      expect_error<MismatchError>([&] { group->all_reduce(buffer_of(data.data(), data.size()))->wait(); },
+                                  {"all_reduce #0", "(float32 x 100, SUM)", "rank 1 called all_reduce",
+                                   "(float32 x 1000, SUM)"});
+    } else if (rank == 1) {
+      expect_error<MismatchError>([&] { group->all_reduce(buffer_of(data.data(), data.size()))->wait(); },
+                                  {"all_reduce #0", "(float32 x 1000, SUM)", "rank 0 called all_reduce",
+                                   "(float32 x 100, SUM)"});
+    } else {  // waiting for the result from rank 0, which gave up on the group
+      try {
+        group->all_reduce(buffer_of(data.data(), data.size()))->wait();
+        ADD_FAILURE() << "no error";
+      } catch (const Error& e) {
+        // From rank 1's progress record, or from rank 0's note if that record was not there yet.
+        const std::string message = e.what();
+        EXPECT_NE(message.find("all_reduce #0 (float32 x 100, SUM) in group 'world' on rank 2"), std::string::npos) << message;
+        EXPECT_TRUE(message.find("rank 1 called all_reduce #0 (float32 x 1000, SUM)") != std::string::npos ||
+                    message.find("Rank 0 failed first: all_reduce #0") != std::string::npos) << message;
+      }
+    }
+    EXPECT_LT(Clock::now() - start, 15s) << "took longer than necessary: the timeout is 30 s";
+    hold_the_store_until_done(rank, {1, 2});
+  }, {.env = {{"DDP_SHM", "0"}, {"DONE_FILE", done_file}}});
+}
+
+// Above the doubling threshold Gloo's ring runs, which cannot check its peers' calls: rank 1's
+// receive is overflowed by rank 0's larger chunk, an assertion in Gloo's network thread that ends
+// the process. Rank 1 says why before it ends; rank 0 names rank 1's death and that reason.
+TEST(Failures, ARingOverflowedByALargerAllReduceEndsTheRankExplainingWhy) {
+  auto results = test::run_ranks(2, [](int rank, int) {
+    init_process_group("gloo", {.timeout = 30s});
+    auto group = get_default_group();
+    std::vector<float> data(rank == 0 ? 600000 : 300000, 1.0f);  // 2.4 MB and 1.2 MB: both the ring
+    if (rank == 1) {
+      group->all_reduce(buffer_of(data.data(), data.size()))->wait();
+      return;  // not reached: the process ends in Gloo's thread
+    }
+    expect_error<PeerLostError>([&] { group->all_reduce(buffer_of(data.data(), data.size()))->wait(); },
+                                {"all_reduce #0 (float32 x 600000, SUM) in group 'world' on rank 0", "Lost rank 1",
+                                 "Rank 1 failed first: Gloo's network thread ends this process"});
+  }, {.env = {{"DDP_SHM", "0"}}, .expect_success = false});
+  if (test::is_rank_process()) return;
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_TRUE(results[0].ok()) << results[0].output;
+  EXPECT_EQ(results[1].signal, SIGABRT) << results[1].output;
+  for (const char* part : {"a peer sent a message of", "bytes for a receive of",
+                           "in flight on this rank: all_reduce #0 (float32 x 300000, SUM) in group 'world' on rank 1",
+                           "ddp::join", "DDP_DEBUG=1", "flight recorder: wrote"}) {
+    EXPECT_NE(results[1].output.find(part), std::string::npos) << "missing '" << part << "' in:\n" << results[1].output;
+  }
 }
 
 TEST(Failures, GlooIgnoresSigpipeUnlessTheProgramHandlesIt) {

@@ -235,6 +235,37 @@ TEST(ShmFailures, TwoSizesOfOneAllReduceAreAMismatchNamingBoth) {
       << results[0].output << results[1].output;
 }
 
+TEST(ShmFailures, SmallAllReducesOfDifferentSizesOnTwoHostsAreAMismatchNamingGroupRanks) {
+  // Each host agrees within itself; the hosts' leaders' small all_reduce (recursive doubling over
+  // TCP, in a context of its own) finds that they differ and names both calls with the group's
+  // ranks, not the leaders' context's. Every rank fails at once.
+  test::run_ranks(4, [](int rank, int world) {
+    init_process_group("gloo", {.timeout = 30s});
+    auto group = get_default_group();
+    std::vector<float> data(rank < 2 ? 100 : 1000, 1.0f);
+    const auto start = Clock::now();
+    const auto message = expect_error<Error>([&] { group->all_reduce(buffer_of(data.data(), data.size()))->wait(); },
+                                             {"all_reduce #0"});
+    EXPECT_LT(Clock::now() - start, 15s) << "the timeout is 30 s";
+    if (rank == 0) {
+      for (const char* part : {"rank 2 called all_reduce", "(float32 x 1000, SUM)", "(float32 x 100, SUM)"}) {
+        EXPECT_NE(message.find(part), std::string::npos) << "missing '" << part << "' in: " << message;
+      }
+    }
+    // Rank 0 hosts the store: it stays until the others have read its records.
+    const std::string done_file = std::getenv("DONE_FILE");
+    if (rank != 0) {
+      std::ofstream(done_file + std::to_string(rank)) << "done";
+    } else {
+      for (int r = 1; r < world; ++r) {
+        const std::string done = done_file + std::to_string(r);
+        for (int i = 0; i < 400 && ::access(done.c_str(), F_OK) != 0; ++i) std::this_thread::sleep_for(50ms);
+        ::unlink(done.c_str());
+      }
+    }
+  }, {.env = {{"DONE_FILE", temp_path("hosts-mismatch-done")}}, .rank_env = [](int rank) { return std::map<std::string, std::string>{{"DDP_SHM_HOST_ID", rank < 2 ? "a" : "b"}}; }});
+}
+
 TEST(ShmFailures, AStoppedPeerTimesOutNamingIt) {
   const std::string pid_file = temp_path("stopped-pid");
   const std::string done_file = temp_path("stopped-done");

@@ -131,7 +131,8 @@ TEST(Join, CompressedHooksNoSyncAndStaticGraphAreShadowed) {
 
 // The two mismatch tests below run with DDP_DEBUG=1, which names the mismatch at once on every
 // rank. Without it, on one host, the shared-memory ops' signatures name it (the third test);
-// across hosts gloo aborts the process on a size mismatch (gloo::EnforceNotMet in its thread).
+// across hosts a small all_reduce's partners compare their calls, and a larger one, in Gloo's ring,
+// ends the rank whose receive is overflowed, saying why (Failures.* in tests/core/group).
 
 TEST(Join, WithoutOneUnevenInputsAreACollectiveMismatchNamingWhatTheRankThatStoppedDoes) {
   // What ddp::join is for: rank 0 runs out after one batch and goes on to the end-of-epoch
