@@ -10,7 +10,7 @@ namespace ddp::launcher {
 
 Heartbeat::Heartbeat(std::shared_ptr<Store> store, std::string key, std::chrono::milliseconds interval,
                      std::chrono::milliseconds limit)
-    : store_(std::move(store)), key_(std::move(key)), interval_(interval) {
+    : store_(std::move(store)), key_(std::move(key)), interval_(interval), limit_(limit) {
   store_->set_timeout(limit);
   thread_ = std::thread([this] { run(); });
 }
@@ -30,19 +30,33 @@ std::optional<std::string> Heartbeat::failure() const {
 }
 
 void Heartbeat::run() {
+  auto last_beat = std::chrono::steady_clock::now();
   std::unique_lock lock(mutex_);
   while (!stop_) {
     lock.unlock();
     std::optional<std::string> failed;
     try {
       store_->add(key_, 1);
+      last_beat = std::chrono::steady_clock::now();
     } catch (const Error& e) {
       failed = e.what();
     }
-    lock.lock();
     if (failed) {
-      failure_ = std::move(failed);
-      return;  // a connection that failed once is not trusted again
+      // A connection that failed once is not trusted again: the next beat goes on a new one. The
+      // node is given up only when no beat got through for as long as the coordinator waits for
+      // one (a reset connection, a store host busy for a moment, is no reason to stop the job).
+      try {
+        auto fresh = store_->clone();
+        fresh->set_timeout(limit_);
+        store_ = std::move(fresh);
+      } catch (const Error& e) {
+        failed = e.what();
+      }
+    }
+    lock.lock();
+    if (failed && std::chrono::steady_clock::now() - last_beat >= limit_) {
+      failure_ = detail::cat(*failed, " (no heartbeat got through for ", detail::format_duration(limit_), ")");
+      return;
     }
     wake_.wait_for(lock, interval_, [this] { return stop_; });
   }

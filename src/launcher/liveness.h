@@ -27,14 +27,15 @@ namespace ddp::launcher {
 // Beats on a connection of its own, on a background thread, from construction to destruction.
 class Heartbeat {
  public:
-  // `store`: a connection for this thread alone (its request timeout is set to `limit`).
+  // `store`: a connection for this thread alone (its request timeout is set to `limit`). A beat
+  // that fails is tried again on a new connection (store->clone()) at the next interval.
   Heartbeat(std::shared_ptr<Store> store, std::string key, std::chrono::milliseconds interval,
             std::chrono::milliseconds limit);
   ~Heartbeat();
   Heartbeat(const Heartbeat&) = delete;
   Heartbeat& operator=(const Heartbeat&) = delete;
 
-  // Why a beat could not be delivered (the store is gone or out of reach), once one could not.
+  // Why no beat could be delivered for `limit` (the store is gone or out of reach), once that is so.
   std::optional<std::string> failure() const;
 
  private:
@@ -43,6 +44,7 @@ class Heartbeat {
   std::shared_ptr<Store> store_;
   std::string key_;
   std::chrono::milliseconds interval_;
+  std::chrono::milliseconds limit_;
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   bool stop_ = false;

@@ -1,9 +1,14 @@
 // The pure parts of elastic jobs: when a round closes, the round record the nodes share and the
-// lines printed about it, and when a node's heartbeat counts as stopped.
+// lines printed about it, and when a node's heartbeat counts as stopped; and the heartbeat itself.
 #include <gtest/gtest.h>
+
+#include <atomic>
+#include <memory>
+#include <thread>
 
 #include "attempt_end.h"
 #include "ddp/error.h"
+#include "ddp/hash_store.h"
 #include "elastic_rendezvous.h"
 #include "liveness.h"
 #include "round_record.h"
@@ -154,6 +159,42 @@ TEST(BeatWatch, ANodeIsSilentOnceItsCounterStoodStillForTheLimit) {
   EXPECT_FALSE(watch.silent(1, 8, t0 + 3000ms));
   EXPECT_EQ(watch.silent(1, 8, t0 + 3200ms), 1600ms);
   EXPECT_FALSE(watch.silent(2, 0, t0 + 3200ms)) << "each node on its own";
+}
+
+// A store whose add fails while `failing` is set, as a reset connection or a moment's outage would.
+class FlakyStore : public HashStore {
+ public:
+  std::atomic<bool> failing{false};
+  std::atomic<int> clones{0};
+  std::int64_t add(const std::string& key, std::int64_t delta) override {
+    if (failing) throw IOError("store: connection reset by peer");
+    return HashStore::add(key, delta);
+  }
+  std::shared_ptr<Store> clone() override {
+    ++clones;
+    return HashStore::clone();  // the same data: the "new connection"
+  }
+};
+
+TEST(Heartbeat, ABeatThatFailsIsTriedAgainOnANewConnectionUntilTheLimit) {
+  auto store = std::make_shared<FlakyStore>();
+  {
+    Heartbeat beat(store, "beat", 20ms, 600ms);
+    std::this_thread::sleep_for(100ms);
+    store->failing = true;
+    std::this_thread::sleep_for(200ms);  // a third of the limit without a beat
+    EXPECT_FALSE(beat.failure()) << *beat.failure();
+    EXPECT_GE(store->clones.load(), 1) << "a failed beat is tried again on a new connection";
+    store->failing = false;
+    const auto before = store->add("beat", 0);
+    std::this_thread::sleep_for(100ms);
+    EXPECT_GT(store->add("beat", 0), before) << "the beats go on";
+    store->failing = true;
+    for (int i = 0; i < 200 && !beat.failure(); ++i) std::this_thread::sleep_for(10ms);
+    ASSERT_TRUE(beat.failure()) << "no beat for the limit is a failure";
+    EXPECT_NE(beat.failure()->find("connection reset by peer"), std::string::npos) << *beat.failure();
+    EXPECT_NE(beat.failure()->find("no heartbeat got through for"), std::string::npos) << *beat.failure();
+  }
 }
 
 }  // namespace
