@@ -35,10 +35,7 @@ Diagnosis diagnose(const Op& op, int rank, const PeerStates& states) {
   const Fingerprint mine = fingerprint(op);
   for (const auto& p : peers) {
     if (p.rank == rank) continue;
-    if (p.lost) {
-      lost.push_back(cat(rank_name(p), " (", *p.lost, ")"));
-      continue;
-    }
+    if (p.lost) lost.push_back(cat(rank_name(p), " (", *p.lost, ")"));
     if (!op.is_collective()) continue;
     const bool reached = p.progress && p.progress->started > op.seq;
     if (!reached) {
@@ -49,21 +46,22 @@ Diagnosis diagnose(const Op& op, int rank, const PeerStates& states) {
       inside.push_back(rank_name(p));
     }
   }
-  if (!lost.empty()) {
-    d.kind = Diagnosis::Kind::Lost;
-    d.text = cat(lost.size() == 1 ? "Lost " : "Lost ranks: ", join(lost, "; "),
-                 ": its connection to the store closed without a goodbye, so the process most likely died. "
-                 "Look at that rank's output for the cause; the job cannot continue without it "
-                 "(restart it, e.g. with ddprun --max_restarts).");
-    return d;
-  }
+  // A different call is the cause even when it also cost the rank its life (Gloo's ring ends a
+  // rank that a larger message overflows): named first, with the loss, whichever was seen first.
   if (!mismatched.empty()) {
     d.kind = Diagnosis::Kind::Mismatch;
     d.text = cat("Ranks disagree on collective #", op.seq, ": this rank (", rank, ") called ", describe(op), ", but ",
                  join(mismatched, "; "),
                  ". Every rank must call the same collectives, with the same sizes and types, in the same order.");
-    return d;
   }
+  if (!lost.empty()) {
+    if (d.kind == Diagnosis::Kind::None) d.kind = Diagnosis::Kind::Lost;
+    d.text += cat(d.text.empty() ? "" : " ", lost.size() == 1 ? "Lost " : "Lost ranks: ", join(lost, "; "),
+                  ": its connection to the store closed without a goodbye, so the process most likely died. "
+                  "Look at that rank's output for the cause; the job cannot continue without it "
+                  "(restart it, e.g. with ddprun --max_restarts).");
+  }
+  if (d.kind != Diagnosis::Kind::None) return d;
   if (!behind.empty()) {
     d.kind = Diagnosis::Kind::Behind;
     d.text = cat("Ranks that had not reached ", describe(op), ": ", join(behind, "; "),

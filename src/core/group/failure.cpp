@@ -78,12 +78,11 @@ Diagnosis FailureHandler::diagnose(const Op& op, ErrorKind kind) {
   for (;;) {
     auto peers = read_peer_states(*diag_, *root_, rank_, global_ranks_, kDiagnosisBudget);
     Diagnosis diagnosis = detail::diagnose(op, rank_, peers);
-    if (diagnosis.kind == Diagnosis::Kind::Lost) {
+    if (diagnosis.kind == Diagnosis::Kind::Lost || diagnosis.kind == Diagnosis::Kind::Mismatch) {
       // A rank that ended on an error it could not throw (group/last_words) said why first.
       if (auto first = first_failure()) diagnosis.text += cat(diagnosis.text.ends_with('.') ? " " : ". ", *first);
       return diagnosis;
     }
-    if (diagnosis.kind == Diagnosis::Kind::Mismatch) return diagnosis;
     if (!peers.store_error.empty()) return diagnosis;
     if (auto first = first_failure()) return {Diagnosis::Kind::Behind, *first};
     if (Clock::now() >= until) return diagnosis;

@@ -110,6 +110,14 @@ TEST(Diagnosis, NamesLostMismatchedAndLateRanks) {
   EXPECT_EQ(d.kind, Diagnosis::Kind::Lost);
   EXPECT_NE(d.text.find("rank 5 (pid 42 on node7)"), std::string::npos) << d.text;
 
+  // A rank lost after it called something else (Gloo's ring ends the rank whose receive a larger
+  // message overflows): the different call is the cause, the loss is named too.
+  PeerState lost_elsewhere{4, 4, ProgressRecord{8, 7, fingerprint(other)}, std::string("pid 43 on node7")};
+  d = diagnose(op, 0, {{me, there, lost_elsewhere}});
+  EXPECT_EQ(d.kind, Diagnosis::Kind::Mismatch);
+  EXPECT_NE(d.text.find("rank 4 called broadcast #7"), std::string::npos) << d.text;
+  EXPECT_NE(d.text.find("Lost rank 4 (pid 43 on node7)"), std::string::npos) << d.text;
+
   // Everyone reached it: the ranks still inside are named; a rank that finished it is not.
   PeerState done{6, 6, ProgressRecord{8, 8, fingerprint(op)}};
   d = diagnose(op, 0, {{me, there, done}});
