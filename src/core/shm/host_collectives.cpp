@@ -165,8 +165,9 @@ const char* HostCollectives::peer_buffer(int peer, std::uint64_t where, std::siz
   try {
     return buffers_->peer(peer, where, bytes);
   } catch (const Error&) {
-    // A peer killed after publishing its step takes its memory with it.
-    if (sync_.exited(peer)) {
+    // A peer killed after publishing its step takes its memory with it (its files close a moment
+    // before its exit shows: wait for that, rather than blame a live peer).
+    if (sync_.exits_within(peer, std::chrono::seconds(1))) {
       throw PeerLostError(cat("shared-memory ", what, ": ", sync_.describe(peer), " exited during it"));
     }
     rethrow_with_context(cat("shared-memory ", what, ": ", sync_.describe(peer)));

@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <vector>
 
 namespace ddp::detail::shm {
@@ -23,6 +24,9 @@ class PeerWatch {
 
   // Whether peer i has exited. Cheap (one poll or one small read); never throws.
   bool exited(int i) const;
+  // Whether peer i exits within `within` (at once if it has). A dying process loses its open
+  // files a moment before its exit shows: a peer's buffer that vanished asks this, not exited().
+  bool exits_within(int i, std::chrono::milliseconds within) const;
   pid_t pid(int i) const { return pids_[static_cast<std::size_t>(i)]; }
 
  private:

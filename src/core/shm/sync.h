@@ -74,6 +74,7 @@ class Sync {
 
   // Whether `peer` has exited, and "rank N (pid P)" for messages.
   bool exited(int peer) const { return watch_.exited(peer); }
+  bool exits_within(int peer, std::chrono::milliseconds within) const { return watch_.exits_within(peer, within); }
   std::string describe(int peer) const;
 
  private:

@@ -2,6 +2,7 @@
 // host plan, identities, the segment layout, the ops' signatures and what a wait says when a peer
 // is gone.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include "shm/host_collectives.h"
 #include "shm/kernels.h"
 #include "shm/layout.h"
+#include "shm/liveness.h"
 #include "shm/op_signature.h"
 #include "ddp/error.h"
 #include "shm/rendezvous.h"
@@ -421,6 +423,24 @@ TEST(ShmSync, APeerThatGaveUpAfterAnotherDiedNamesTheDeadOne) {
   const std::string alive = wait_error({-1, ::getpid(), ::getpid()}, 2);
   EXPECT_NE(alive.find("rank 2 (pid " + std::to_string(::getpid()) + ") gave up on the group after an error of its own"),
             std::string::npos) << alive;
+}
+
+TEST(PeerWatch, WaitsForAPeerThatIsExitingAndNotForOneThatLives) {
+  // A killed peer's memory vanishes a moment before its exit shows; the wait bridges that moment.
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::usleep(200'000);
+    ::_exit(0);
+  }
+  PeerWatch watch({-1, child});
+  EXPECT_FALSE(watch.exited(1));
+  EXPECT_FALSE(watch.exits_within(1, std::chrono::milliseconds(20)));
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(watch.exits_within(1, std::chrono::seconds(20)));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));  // woken by the exit, not the limit
+  EXPECT_TRUE(watch.exits_within(1, std::chrono::milliseconds(0)));
+  ::waitpid(child, nullptr, 0);
+  EXPECT_FALSE(watch.exits_within(0, std::chrono::milliseconds(0)));  // this rank itself is never watched
 }
 
 }  // namespace
