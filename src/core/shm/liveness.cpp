@@ -69,24 +69,17 @@ void PeerWatch::close_all() {
   pidfds_.clear();
 }
 
-bool PeerWatch::exited(int i) const {
+bool PeerWatch::exited(int i) const { return exits_within(i, std::chrono::milliseconds(0)); }
+
+bool PeerWatch::exits_within(int i, std::chrono::milliseconds within) const {
   const auto k = static_cast<std::size_t>(i);
   if (k >= pids_.size() || pids_[k] <= 0) return false;
   if (pidfds_[k] >= 0) {
     pollfd p{pidfds_[k], POLLIN, 0};
-    return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR)) != 0;
-  }
-  return exited_by_proc(pids_[k]);
-}
-
-bool PeerWatch::exits_within(int i, std::chrono::milliseconds within) const {
-  const auto k = static_cast<std::size_t>(i);
-  if (k < pids_.size() && pids_[k] > 0 && pidfds_[k] >= 0) {
-    pollfd p{pidfds_[k], POLLIN, static_cast<short>(0)};
     return ::poll(&p, 1, static_cast<int>(within.count())) > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR)) != 0;
   }
   for (const auto until = std::chrono::steady_clock::now() + within;; std::this_thread::sleep_for(std::chrono::milliseconds(10))) {
-    if (exited(i)) return true;
+    if (exited_by_proc(pids_[k])) return true;
     if (std::chrono::steady_clock::now() >= until) return false;
   }
 }

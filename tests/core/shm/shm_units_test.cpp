@@ -2,7 +2,6 @@
 // host plan, identities, the segment layout, the ops' signatures and what a wait says when a peer
 // is gone.
 #include <gtest/gtest.h>
-#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
