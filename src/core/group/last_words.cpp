@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "flight/recorder.h"
+#include "group/progress.h"
 #include "util/log.h"
 
 namespace ddp::detail {
@@ -56,6 +57,11 @@ void say_last_words(const std::string& message, std::chrono::milliseconds within
     };
     auto done = std::make_shared<Done>();
     std::thread([done, taken = std::move(taken), message] {
+      // Where this rank was goes first: a peer that reads the note, or sees the death, reads it too.
+      try {
+        publish_progress_now();
+      } catch (...) {
+      }
       for (const auto& note : taken) {
         try {
           note(message);

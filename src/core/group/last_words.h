@@ -15,9 +15,10 @@ namespace ddp::detail {
 std::uint64_t add_last_words(std::function<void(const std::string& message)> note);
 void remove_last_words(std::uint64_t id);
 
-// Logs `message`, hands it to every note and writes the flight recorder's dump with it as the
-// reason; returns after `within` even if a note still waits (on a store that does not answer:
-// the process is ending anyway). Never throws.
+// Logs `message`, publishes every group's progress record (publish_progress_now), hands the
+// message to every note and writes the flight recorder's dump with it as the reason; returns
+// after `within` even if a note still waits (on a store that does not answer: the process is
+// ending anyway). Never throws.
 void say_last_words(const std::string& message, std::chrono::milliseconds within) noexcept;
 
 }  // namespace ddp::detail

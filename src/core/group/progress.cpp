@@ -65,6 +65,15 @@ class ProgressReporter {
     slots_.erase(std::remove(slots_.begin(), slots_.end(), slot), slots_.end());
   }
 
+  // Holds the lock throughout, so that the thread's publications wait and none overtakes these.
+  void publish_now() {
+    std::unique_lock lock(mutex_);
+    idle_.wait(lock, [&] { return publishing_ == nullptr; });  // a record the thread is writing lands first
+    for (ProgressSlot* slot : slots_) {
+      if (auto record = slot->take_if_changed()) slot->publish(*record);
+    }
+  }
+
   void poke() {
     {
       std::lock_guard lock(mutex_);
@@ -87,12 +96,7 @@ class ProgressReporter {
         if (!record) continue;
         publishing_ = slot;
         lock.unlock();
-        try {
-          slot->store_->set(slot->key_, encode(*record));
-        } catch (...) {
-          std::lock_guard slot_lock(slot->mutex_);
-          slot->failed_ = true;
-        }
+        slot->publish(*record);
         lock.lock();
         publishing_ = nullptr;
         idle_.notify_all();
@@ -136,6 +140,17 @@ void ProgressSlot::finished(const Op& op) {
     dirty_ = true;
   }
   ProgressReporter::instance().poke();
+}
+
+void publish_progress_now() { ProgressReporter::instance().publish_now(); }
+
+void ProgressSlot::publish(const ProgressRecord& record) {
+  try {
+    store_->set(key_, encode(record));
+  } catch (...) {
+    std::lock_guard lock(mutex_);
+    failed_ = true;
+  }
 }
 
 std::optional<ProgressRecord> ProgressSlot::take_if_changed() {

@@ -30,6 +30,11 @@ std::optional<ProgressRecord> decode_progress(const std::string& text);
 // The store key of `rank`'s record inside a group's store.
 std::string progress_key(int rank);
 
+// Publishes every record that changed since its last publication from the calling thread, before
+// returning: a process about to end says where it was before its peers learn that it died (the
+// reporter thread may not get to run again). Bounded by the stores' timeouts. Thread-safe.
+void publish_progress_now();
+
 // One group's record on this rank, published by the reporter thread. Thread-safe.
 class ProgressSlot {
  public:
@@ -42,6 +47,8 @@ class ProgressSlot {
   friend class ProgressReporter;
   // Returns the record to publish if it changed since the last call.
   std::optional<ProgressRecord> take_if_changed();
+  // Writes `record` to the store; a store that fails is not asked again.
+  void publish(const ProgressRecord& record);
 
   std::shared_ptr<Store> store_;  // a clone: the reporter may block on it without blocking others
   std::string key_;

@@ -1,13 +1,16 @@
 // Pure parts of the process group: argument checks, descriptions, fingerprints, diagnosis,
-// progress records and the reduction kernels.
+// progress records (and their publication) and the reduction kernels.
 #include "group/op.h"
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
+#include <thread>
 
 #include "ddp/error.h"
+#include "ddp/hash_store.h"
 #include "group/diagnosis.h"
 #include "group/progress.h"
 #include "reduce/half.h"
@@ -83,6 +86,28 @@ TEST(Progress, RecordsRoundTripAndRejectJunk) {
   EXPECT_EQ(back->last, r.last);
   EXPECT_FALSE(decode_progress("garbage"));
   EXPECT_FALSE(decode_progress("1 2 zz"));
+}
+
+// The reporter thread rests 20 ms after each write, so a record that changes right after one
+// would wait that long; a process about to end (group/last_words) writes it before it goes on.
+TEST(Progress, PublishNowWritesAChangedRecordBeforeReturning) {
+  auto store = std::make_shared<HashStore>();
+  ProgressSlot slot(store, 3);
+  const Op first{.type = OpType::Barrier, .seq = 0};
+  slot.started(first);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!store->check({progress_key(3)})) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the reporter never wrote the first record";
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  const Op second{.type = OpType::AllReduce, .seq = 1, .input = buf(4), .output = buf(4)};
+  slot.started(second);  // the reporter is resting now
+  publish_progress_now();
+  auto record = decode_progress(store->get(progress_key(3)));
+  ASSERT_TRUE(record);
+  EXPECT_EQ(record->started, 2u);
+  EXPECT_EQ(record->last, fingerprint(second));
+  publish_progress_now();  // nothing changed: nothing to write, and it returns
 }
 
 TEST(Diagnosis, NamesLostMismatchedAndLateRanks) {
