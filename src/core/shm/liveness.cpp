@@ -78,10 +78,12 @@ bool PeerWatch::exits_within(int i, std::chrono::milliseconds within) const {
     pollfd p{pidfds_[k], POLLIN, 0};
     return ::poll(&p, 1, static_cast<int>(within.count())) > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR)) != 0;
   }
-  for (const auto until = std::chrono::steady_clock::now() + within;; std::this_thread::sleep_for(std::chrono::milliseconds(10))) {
-    if (exited_by_proc(pids_[k])) return true;
+  const auto until = std::chrono::steady_clock::now() + within;
+  while (!exited_by_proc(pids_[k])) {
     if (std::chrono::steady_clock::now() >= until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+  return true;
 }
 
 }  // namespace ddp::detail::shm
