@@ -414,7 +414,11 @@ int main(int argc, char** argv) {
       std::cout << "the model is in " << model_pt << " and " << model_safetensors << "; in Python:\n"
                 << "  import sys, torch; sys.path.insert(0, \"examples/fashion_mnist\"); from net import Net\n"
                 << "  model = Net(); model.load_state_dict(torch.load(\"" << model_pt << "\", weights_only=True))\n"
-                << "  # or: from safetensors.torch import load_file; model.load_state_dict(load_file(\""
+                << "  # or, with the safetensors package (pip install safetensors; Debian 12 has no package for it, "
+                   "so there in a venv:\n"
+                << "  # python3 -m venv --system-site-packages st && st/bin/pip install safetensors, then run this "
+                   "with st/bin/python3):\n"
+                << "  # from safetensors.torch import load_file; model.load_state_dict(load_file(\""
                 << model_safetensors << "\"))" << std::endl;
     }
     ddp::destroy_process_group();

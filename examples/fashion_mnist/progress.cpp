@@ -54,7 +54,14 @@ void Progress::finish_line() {
 }
 
 std::string with_thousands(std::int64_t n) {
-  std::string digits = std::to_string(n < 0 ? -n : n);
-  for (auto at = static_cast<std::ptrdiff_t>(digits.size()) - 3; at > 0; at -= 3) digits.insert(static_cast<std::size_t>(at), ",");
-  return n < 0 ? "-" + digits : digits;
+  // Appends in order rather than inserting commas: g++ 12 warns (-Wrestrict, a false positive) on
+  // string::insert here. The magnitude is unsigned so that the most negative value has one too.
+  const std::uint64_t magnitude = n < 0 ? 0 - static_cast<std::uint64_t>(n) : static_cast<std::uint64_t>(n);
+  const std::string digits = std::to_string(magnitude);
+  std::string text = n < 0 ? "-" : "";
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) text += ',';
+    text += digits[i];
+  }
+  return text;
 }

@@ -220,8 +220,9 @@ JobConfig make_job_config(const Options& options, const EnvLookup& env, const Ma
     config.store_role = *config.node_rank == 0 ? JobConfig::StoreRole::Host : JobConfig::StoreRole::Client;
     if (config.max_nodes > 1 && *config.node_rank > 0 && detail::is_loopback_host(endpoint.host) &&
         !options.master_addr && options.rdzv_endpoint.empty()) {
-      config.notes.push_back("node ranks above 0 reach node 0 at 127.0.0.1 (the default --master_addr): that only "
-                             "works when every node runs on this machine");
+      // The host may be a loopback name, and may come from Slurm's node list: say which, and whence.
+      config.notes.push_back(cat("node ranks above 0 reach node 0 at ", endpoint.host, " (", config.store_host_source,
+                                 "): that only works when every node runs on this machine"));
     }
     return config;
   }

@@ -71,6 +71,11 @@ TEST(JobConfig, StaticNodes) {
   // A name is passed to the workers as given (as torchrun does); ddprun checks that it resolves.
   EXPECT_EQ(config_of({"--master_addr=node01", "p"}).master_addr, "node01");
   EXPECT_EQ(config_of({"p"}).store_host_source, "the default --master_addr");
+  // Node rank 1 at the default address is warned that it reaches only this machine.
+  const auto notes = config_of({"--nnodes=2", "--node_rank=1", "p"}).notes;
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_EQ(notes[0], "node ranks above 0 reach node 0 at 127.0.0.1 (the default --master_addr): that only works "
+                      "when every node runs on this machine");
 }
 
 TEST(JobConfig, NodeRankMustBeBelowNnodes) {
@@ -141,6 +146,13 @@ TEST(JobConfig, SlurmFillsWhatTheFlagsLeaveOpen) {
   EXPECT_EQ(f.node_rank, 0);
   EXPECT_EQ(f.store_host, "me");
   EXPECT_EQ(f.store_host_source, "--master_addr");
+  // A loopback first host: the note says that it came from Slurm (not from --master_addr's default).
+  const JobConfig loopback = config_of({"p"}, {{"SLURM_NNODES", "2"}, {"SLURM_NODEID", "1"},
+                                               {"SLURM_JOB_NODELIST", "127.0.0.1,node2"}});
+  EXPECT_EQ(loopback.master_addr, "127.0.0.1");
+  ASSERT_EQ(loopback.notes.size(), 4u);
+  EXPECT_EQ(loopback.notes[3], "node ranks above 0 reach node 0 at 127.0.0.1 (the first host of SLURM_JOB_NODELIST): "
+                               "that only works when every node runs on this machine");
   // A malformed Slurm value is named.
   expect_contains(error_of({"p"}, {{"SLURM_NNODES", "x"}}), {"SLURM_NNODES", "\"x\""});
 }

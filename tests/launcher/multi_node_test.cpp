@@ -210,19 +210,21 @@ TEST(MultiNode, NodesMustAgreeOnTheFlags) {
 
 TEST(MultiNode, SlurmGivesNodesRanksAndTheMaster) {
   const std::string port = "--master_port=" + std::to_string(free_port());
+  // The first node is named by its address (Slurm's NodeName may be any string): a host name such as
+  // localhost would make the test depend on this machine's resolver (a root without /etc/hosts has none).
   auto node = [&](const std::string& id) {
     return std::map<std::string, std::string>{
-        {"SLURM_NNODES", "2"}, {"SLURM_NODEID", id}, {"SLURM_JOB_NODELIST", "localhost,node[2-3]"}};
+        {"SLURM_NNODES", "2"}, {"SLURM_NODEID", id}, {"SLURM_JOB_NODELIST", "127.0.0.1,node[2-3]"}};
   };
   Launch node0(ddprun_worker({port, "--rdzv_conf=join_timeout=20"}, {"--print-env", "--allreduce"}), node("0"));
   Launch node1(ddprun_worker({port, "--rdzv_conf=join_timeout=20"}, {"--print-env", "--allreduce"}), node("1"));
   ASSERT_TRUE(Launch::wait_all({&node0, &node1}, 60s));
   ASSERT_EQ(node0.exit_code(), 0) << node0.all();
   ASSERT_EQ(node1.exit_code(), 0) << node1.all();
-  expect_contains(node1.out(), {"[1]:sum=3 world=2 rank=1", "[1]:ENV GROUP_RANK=1", "[1]:ENV MASTER_ADDR=localhost"},
+  expect_contains(node1.out(), {"[1]:sum=3 world=2 rank=1", "[1]:ENV GROUP_RANK=1", "[1]:ENV MASTER_ADDR=127.0.0.1"},
                   node1.all());
   expect_contains(node1.err(), {"--nnodes=2 from SLURM_NNODES", "--node_rank=1 from SLURM_NODEID",
-                                "--master_addr=localhost from SLURM_JOB_NODELIST"},
+                                "--master_addr=127.0.0.1 from SLURM_JOB_NODELIST"},
                   node1.all());
 }
 

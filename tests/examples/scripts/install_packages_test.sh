@@ -4,10 +4,12 @@
 #   install_packages_test.sh SOURCE_DIR
 set -uo pipefail
 source "$(dirname "$0")/checks.sh"
-script="$1/scripts/install_packages.sh"
 tmp="$(mktemp -d)"
 chmod 755 "$tmp"
 trap 'rm -rf "$tmp"' EXIT
+# A copy that the user without root below can read wherever the checkout lies (under /root: 0700).
+script="$tmp/install_packages.sh"
+install -m 755 "$1/scripts/install_packages.sh" "$script"
 
 # A PATH with only what the script needs, so no sudo is on it whatever this machine has.
 mkdir "$tmp/bin"
