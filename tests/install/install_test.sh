@@ -26,6 +26,7 @@ grep -q 'ddp::' "$block" || { echo "install_test: no C++ block under '## The API
   echo 'int main(int argc, char**) { readme::Given given; if (argc > 99) readme_api(given); }'
 } >"$work/readme_api.cpp"
 
+# Nothing but ddp's prefix: ddp's package finds the LibTorch it was built against by itself.
 cmake -S "$here/consumer" -B "$work/build" -G Ninja -DCMAKE_PREFIX_PATH="$work/prefix" \
   -DREADME_API="$work/readme_api.cpp" >/dev/null
 cmake --build "$work/build" >"$work/build.log" 2>&1 || {
@@ -37,6 +38,8 @@ cmake --build "$work/build" >"$work/build.log" 2>&1 || {
 "$work/build/core_user"
 if [ -x "$work/build/torch_user" ]; then
   "$work/build/torch_user"
+  # Two ranks whose gradients cross Gloo over TCP, launched by the installed ddprun.
+  DDP_SHM=0 "$work/prefix/bin/ddprun" --standalone --nproc_per_node=2 "$work/build/torch_user"
   test -x "$work/build/readme_api" && echo "readme_api: the README's API block compiles with <ddp/ddp.h> alone"
 fi
 test -x "$work/prefix/bin/ddprun" && "$work/prefix/bin/ddprun" --version

@@ -53,7 +53,7 @@ struct AutocastOptions {
 // cache when it leaves the outermost autocast region; an exception leaving the region restores
 // them the same way. As in PyTorch, CUDA when no GPU is available logs a warning and makes the
 // region one without autocast. Throws InvalidArgument for another device type, and for a CPU
-// dtype other than bfloat16 (LibTorch 1.13 supports no other; PyTorch 1.13 fails there too).
+// dtype the CPU cannot autocast to (LibTorch 1.13: bfloat16 only; 2.x: bfloat16 and float16).
 class Autocast {
  public:
   explicit Autocast(c10::DeviceType device_type, AutocastOptions options = {});

@@ -24,6 +24,7 @@
 
 #include "ddp/error.h"
 #include "ddp/store.h"
+#include "gloo/binding.h"
 #include "gloo/doubling.h"
 #include "gloo/gloo_backend.h"
 #include "gloo/termination.h"
@@ -157,6 +158,7 @@ void ignore_sigpipe() {
 
 // One device (one I/O thread) per interface, shared by every group of the process.
 std::shared_ptr<gloo::transport::Device> shared_device(const std::string& master_addr, const GlooPlacement& placement) {
+  check_gloo_binding();  // before any call could land in another process-wide Gloo
   ignore_sigpipe();
   explain_gloo_terminations();  // the one thread of each device: an exception there ends the process
   static std::mutex mutex;

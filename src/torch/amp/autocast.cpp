@@ -2,6 +2,7 @@
 #include <ATen/Context.h>
 #include <ATen/autocast_mode.h>
 
+#include "compat/torch_compat.h"
 #include "ddp/error.h"
 #include "ddp/torch/amp.h"
 #include "util/log.h"
@@ -14,12 +15,12 @@ Autocast::Autocast(c10::DeviceType device_type, AutocastOptions options) : devic
     throw InvalidArgument(ddp::detail::cat("ddp::amp::Autocast: device type ", c10::DeviceTypeName(device_type),
                                            " is not supported; use torch::kCUDA or torch::kCPU"));
   }
-  dtype_ = options.dtype.value_or(cpu ? at::autocast::get_autocast_cpu_dtype() : at::autocast::get_autocast_gpu_dtype());
-  // PyTorch 1.13 warns that it disables autocast here, then fails in set_autocast_cpu_dtype;
-  // refuse before any state changes instead.
-  if (cpu && dtype_ != at::kBFloat16) {
-    throw InvalidArgument(ddp::detail::cat("ddp::amp::Autocast: CPU autocast supports only bfloat16 in LibTorch 1.13, not ",
-                                           dtype_, "; pass {.dtype = torch::kBFloat16}"));
+  dtype_ = options.dtype.value_or(compat::autocast_dtype(device_type));
+  // LibTorch warns that it disables autocast for a dtype the CPU cannot autocast to, and then
+  // fails (1.13) or runs without it: refuse before any state changes instead.
+  if (cpu && !compat::cpu_autocast_supports(dtype_)) {
+    throw InvalidArgument(ddp::detail::cat("ddp::amp::Autocast: CPU autocast supports only ", compat::kCpuAutocastDtypes,
+                                           " in this LibTorch, not ", dtype_, "; pass {.dtype = torch::kBFloat16}"));
   }
   const bool cache_enabled = options.cache_enabled.value_or(at::autocast::is_autocast_cache_enabled());
   enabled_ = options.enabled;
@@ -29,17 +30,10 @@ Autocast::Autocast(c10::DeviceType device_type, AutocastOptions options) : devic
     enabled_ = false;
   }
   previous_cache_enabled_ = at::autocast::is_autocast_cache_enabled();
-  if (cpu) {
-    previous_enabled_ = at::autocast::is_cpu_enabled();
-    previous_dtype_ = at::autocast::get_autocast_cpu_dtype();
-    at::autocast::set_cpu_enabled(enabled_);
-    at::autocast::set_autocast_cpu_dtype(dtype_);
-  } else {
-    previous_enabled_ = at::autocast::is_enabled();
-    previous_dtype_ = at::autocast::get_autocast_gpu_dtype();
-    at::autocast::set_autocast_gpu_dtype(dtype_);
-    at::autocast::set_enabled(enabled_);
-  }
+  previous_enabled_ = compat::autocast_enabled(device_type);
+  previous_dtype_ = compat::autocast_dtype(device_type);
+  compat::set_autocast_dtype(device_type, dtype_);
+  compat::set_autocast_enabled(device_type, enabled_);
   at::autocast::increment_nesting();
   at::autocast::set_autocast_cache_enabled(cache_enabled);
 }
@@ -47,13 +41,8 @@ Autocast::Autocast(c10::DeviceType device_type, AutocastOptions options) : devic
 Autocast::~Autocast() {
   // Leaving the outermost region drops the casted copies of the weights.
   if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-  if (device_type_ == c10::DeviceType::CPU) {
-    at::autocast::set_cpu_enabled(previous_enabled_);
-    at::autocast::set_autocast_cpu_dtype(previous_dtype_);
-  } else {
-    at::autocast::set_enabled(previous_enabled_);
-    at::autocast::set_autocast_gpu_dtype(previous_dtype_);
-  }
+  compat::set_autocast_enabled(device_type_, previous_enabled_);
+  compat::set_autocast_dtype(device_type_, previous_dtype_);
   at::autocast::set_autocast_cache_enabled(previous_cache_enabled_);
 }
 

@@ -74,7 +74,7 @@ void check_devices(const ModuleState& state, const DDPOptions& options) {
   if (options.output_device &&
       (*options.output_device < 0 || *options.output_device >= static_cast<int>(torch::cuda::device_count()))) {
     throw InvalidArgument(cat("DistributedDataParallel: output_device ", *options.output_device,
-                              " is not a CUDA device of this process (it sees ", torch::cuda::device_count(), ")"));
+                              " is not a CUDA device of this process (it sees ", static_cast<int>(torch::cuda::device_count()), ")"));
   }
 }
 

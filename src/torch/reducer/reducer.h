@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "compat/torch_compat.h"
+
 #include "ddp/torch/comm_hooks.h"
 #include "ddp/torch/distributed_data_parallel.h"
 #include "ddp/torch/join.h"
@@ -103,7 +105,7 @@ class Reducer {
   Timeline* timeline_;
   StepClock& clock_;
   std::vector<ParamSpec> specs_;
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // the ones hooked, per parameter
+  std::vector<compat::GradAccumulator> accumulators_;  // the ones hooked, per parameter
   std::vector<Bucket> buckets_;
   std::unique_ptr<Readiness> readiness_;
   Arrivals arrivals_;

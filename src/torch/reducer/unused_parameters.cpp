@@ -8,7 +8,7 @@
 namespace ddp::detail {
 
 std::vector<std::size_t> unreached_parameters(const std::vector<at::Tensor>& outputs,
-                                              const std::vector<std::shared_ptr<torch::autograd::Node>>& accumulators) {
+                                              const std::vector<compat::GradAccumulator>& accumulators) {
   std::unordered_set<const torch::autograd::Node*> seen;
   std::vector<torch::autograd::Node*> stack;
   for (const auto& out : outputs) {

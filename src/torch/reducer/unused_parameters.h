@@ -8,9 +8,7 @@
 #include <memory>
 #include <vector>
 
-namespace torch::autograd {
-struct Node;
-}
+#include "compat/torch_compat.h"
 
 namespace ddp::detail {
 
@@ -18,6 +16,6 @@ namespace ddp::detail {
 // path from `outputs` (the forward's tensors; undefined ones are skipped) leads to. A leaf output
 // that requires a gradient reaches its own accumulator.
 std::vector<std::size_t> unreached_parameters(const std::vector<at::Tensor>& outputs,
-                                              const std::vector<std::shared_ptr<torch::autograd::Node>>& accumulators);
+                                              const std::vector<compat::GradAccumulator>& accumulators);
 
 }  // namespace ddp::detail

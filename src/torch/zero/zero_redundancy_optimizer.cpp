@@ -3,13 +3,13 @@
 #include "ddp/torch/zero_redundancy_optimizer.h"
 
 #include <c10/util/Exception.h>
-#include <c10/util/string_utils.h>
 #include <torch/torch.h>
 
 #include <cstring>
 #include <sstream>
 #include <unordered_set>
 
+#include "compat/torch_compat.h"
 #include "ddp/distributed.h"
 #include "ddp/error.h"
 #include "ddp/torch/collectives.h"
@@ -20,9 +20,6 @@ namespace {
 
 using torch::optim::Optimizer;
 using torch::optim::OptimizerParamGroup;
-
-// LibTorch's key of a parameter in Optimizer::state().
-std::string state_key(const at::Tensor& parameter) { return c10::guts::to_string(parameter.unsafeGetTensorImpl()); }
 
 std::string describe(const at::Tensor& t) {
   return cat(t.is_sparse() ? "sparse " : "", t.scalar_type(), " on ", t.device());
@@ -275,7 +272,7 @@ void ZeroBase::load(torch::serialize::InputArchive& archive) {
   }
   for (const auto& group : local_->param_groups()) {
     for (const auto& p : group.params()) {
-      const auto key = state_key(p);
+      const auto key = compat::optimizer_state_key(p);
       auto it = whole->state().find(key);
       if (it == whole->state().end()) {
         local_->state().erase(key);

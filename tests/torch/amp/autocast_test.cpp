@@ -6,6 +6,7 @@
 
 #include <stdexcept>
 
+#include "compat/torch_compat.h"
 #include "ddp/error.h"
 #include "ddp/torch/amp.h"
 #include "support/expect_error.h"
@@ -25,13 +26,13 @@ int nesting() {
 at::ScalarType mm_dtype() { return torch::mm(torch::ones({2, 2}), torch::ones({2, 2})).scalar_type(); }
 
 TEST(Autocast, CpuRegionRunsMatmulsInBfloat16AndRestoresTheStateAfterwards) {
-  ASSERT_FALSE(at::autocast::is_cpu_enabled());
+  ASSERT_FALSE(compat::autocast_enabled(at::kCPU));
   EXPECT_EQ(mm_dtype(), at::kFloat);
   {
     Autocast autocast(torch::kCPU);
     EXPECT_TRUE(autocast.enabled());
     EXPECT_EQ(autocast.dtype(), at::kBFloat16);
-    EXPECT_TRUE(at::autocast::is_cpu_enabled());
+    EXPECT_TRUE(compat::autocast_enabled(at::kCPU));
     EXPECT_EQ(nesting(), 1);
     EXPECT_EQ(mm_dtype(), at::kBFloat16);
     // A model's forward: Linear runs in bfloat16; its float32 weights get float32 gradients.
@@ -41,7 +42,7 @@ TEST(Autocast, CpuRegionRunsMatmulsInBfloat16AndRestoresTheStateAfterwards) {
     out.to(at::kFloat).sum().backward();
     EXPECT_EQ(linear->weight.grad().scalar_type(), at::kFloat);
   }
-  EXPECT_FALSE(at::autocast::is_cpu_enabled());
+  EXPECT_FALSE(compat::autocast_enabled(at::kCPU));
   EXPECT_EQ(nesting(), 0);
   EXPECT_EQ(mm_dtype(), at::kFloat);
 }
@@ -60,7 +61,7 @@ TEST(Autocast, DisabledRegionInsideAnEnabledOneAndBack) {
 
 TEST(Autocast, AnExceptionLeavingTheRegionRestoresThePreviousState) {
   const bool cache_before = at::autocast::is_autocast_cache_enabled();
-  const auto dtype_before = at::autocast::get_autocast_cpu_dtype();
+  const auto dtype_before = compat::autocast_dtype(at::kCPU);
   try {
     Autocast outer(torch::kCPU);
     try {
@@ -69,7 +70,7 @@ TEST(Autocast, AnExceptionLeavingTheRegionRestoresThePreviousState) {
       throw std::runtime_error("inner");
     } catch (const std::runtime_error&) {
       // Back in the outer region, as it was.
-      EXPECT_TRUE(at::autocast::is_cpu_enabled());
+      EXPECT_TRUE(compat::autocast_enabled(at::kCPU));
       EXPECT_EQ(at::autocast::is_autocast_cache_enabled(), cache_before);
       EXPECT_EQ(nesting(), 1);
     }
@@ -77,8 +78,8 @@ TEST(Autocast, AnExceptionLeavingTheRegionRestoresThePreviousState) {
   } catch (const std::runtime_error& e) {
     EXPECT_STREQ(e.what(), "outer");
   }
-  EXPECT_FALSE(at::autocast::is_cpu_enabled());
-  EXPECT_EQ(at::autocast::get_autocast_cpu_dtype(), dtype_before);
+  EXPECT_FALSE(compat::autocast_enabled(at::kCPU));
+  EXPECT_EQ(compat::autocast_dtype(at::kCPU), dtype_before);
   EXPECT_EQ(at::autocast::is_autocast_cache_enabled(), cache_before);
   EXPECT_EQ(nesting(), 0);
 }
@@ -101,16 +102,24 @@ TEST(Autocast, UnsupportedChoicesAreRefusedOrDisabled) {
   if (!torch::cuda::is_available()) {  // PyTorch warns and disables: CUDA code runs on a CPU machine
     Autocast cuda(torch::kCUDA);
     EXPECT_FALSE(cuda.enabled());
-    EXPECT_FALSE(at::autocast::is_enabled());
+    EXPECT_FALSE(compat::autocast_enabled(at::kCUDA));
   }
-  // LibTorch 1.13's CPU autocast has bfloat16 only (PyTorch 1.13 fails in set_autocast_cpu_dtype).
-  expect_error<InvalidArgument>([] { Autocast half_on_cpu(torch::kCPU, {.dtype = at::kHalf}); },
-                                {"CPU autocast supports only bfloat16", "not Half", "torch::kBFloat16"});
+  // CPU autocast has bfloat16 only in LibTorch 1.13 (PyTorch 1.13 fails in set_autocast_cpu_dtype),
+  // float16 too in 2.x; never float64.
+  expect_error<InvalidArgument>([] { Autocast double_on_cpu(torch::kCPU, {.dtype = at::kDouble}); },
+                                {"CPU autocast supports only bfloat16", "not Double", "torch::kBFloat16"});
+  if (compat::cpu_autocast_supports(at::kHalf)) {
+    Autocast half_on_cpu(torch::kCPU, {.dtype = at::kHalf});
+    EXPECT_EQ(torch::mm(torch::ones({2, 2}), torch::ones({2, 2})).scalar_type(), at::kHalf);
+  } else {
+    expect_error<InvalidArgument>([] { Autocast half_on_cpu(torch::kCPU, {.dtype = at::kHalf}); },
+                                  {"CPU autocast supports only bfloat16", "not Half"});
+  }
   expect_error<InvalidArgument>([] { Autocast meta(c10::DeviceType::Meta); },
                                 {"ddp::amp::Autocast", "device type", "is not supported", "torch::kCUDA or torch::kCPU"});
   // Nothing was left changed by the refused guards.
-  EXPECT_FALSE(at::autocast::is_cpu_enabled());
-  EXPECT_EQ(at::autocast::get_autocast_cpu_dtype(), at::kBFloat16);
+  EXPECT_FALSE(compat::autocast_enabled(at::kCPU));
+  EXPECT_EQ(compat::autocast_dtype(at::kCPU), at::kBFloat16);
   EXPECT_EQ(nesting(), 0);
 }
 

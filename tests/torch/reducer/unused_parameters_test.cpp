@@ -7,8 +7,8 @@
 namespace ddp::detail {
 namespace {
 
-std::vector<std::shared_ptr<torch::autograd::Node>> accumulators(const std::vector<at::Tensor>& params) {
-  std::vector<std::shared_ptr<torch::autograd::Node>> out;
+std::vector<compat::GradAccumulator> accumulators(const std::vector<at::Tensor>& params) {
+  std::vector<compat::GradAccumulator> out;
   for (const auto& p : params) out.push_back(torch::autograd::impl::grad_accumulator(p));
   return out;
 }
