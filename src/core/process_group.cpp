@@ -96,6 +96,19 @@ struct ProcessGroup::State {
   // flight recorder's dump (at the group's first failure).
   std::exception_ptr fail(const Op& op, std::exception_ptr cause, Clock::time_point started) {
     const auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started);
+    // A lost peer: the connections go first, before the explanation reads the store, so that a
+    // peer blocked on this rank (a send this rank will never receive, a ring step behind this one)
+    // fails at once, and so on around the ring, instead of waiting for its timeout while this rank
+    // explains. A first note goes before them, for those peers to name; the explanation replaces
+    // it. (A timeout keeps its order: the peers are waiting too, and the explanation must see
+    // them as they were, not as this rank's abort leaves them.)
+    const auto first_hand = detail::classify(cause);
+    const bool lost = first_hand.kind == ErrorKind::PeerLost;
+    if (lost) {
+      failures->record(cat(failures->where(op), " failed: ", first_hand.message));
+      std::lock_guard lock(issue_mutex);
+      backend->abort();
+    }
     const detail::ErrorInfo info = failures->explain(op, cause, elapsed, timeout());
     auto failure = detail::make_error(info.kind, info.message);
     if (info.kind != ErrorKind::InvalidArgument) {
@@ -106,7 +119,7 @@ struct ProcessGroup::State {
           broken = failure;
           first = true;
         }
-        backend->abort();
+        if (!lost) backend->abort();
       }
       failures->record(info.message);  // lets the peers name the rank that failed first
       detail::log(detail::LogLevel::Error, info.message);
