@@ -1,6 +1,7 @@
 // ddp::amp::GradScaler in one process: the scale's sequence over scripted finite and non-finite
-// steps equals PyTorch's GradScaler (golden/grad_scaler.txt, from make_golden.py), unscaling is
-// exact, and every misuse PyTorch refuses is refused with a message.
+// steps equals PyTorch's GradScaler (golden/grad_scaler.txt, from make_golden.py under PyTorch 1.13,
+// and make_golden.py --print live under every reference PyTorch: 2.x's runs its CPU GradScaler),
+// unscaling is exact, and every misuse PyTorch refuses is refused with a message.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -14,6 +15,8 @@
 #include "ddp/torch/amp.h"
 #include "reopened_archive.h"
 #include "support/expect_error.h"
+#include "support/multiprocess.h"
+#include "support/reference_pythons.h"
 
 namespace ddp::test {
 namespace {
@@ -29,11 +32,12 @@ struct GoldenCase {
   std::string line;
 };
 
-std::vector<GoldenCase> golden_cases() {
-  std::ifstream in(std::string(DDP_SOURCE_DIR) + "/tests/torch/amp/golden/grad_scaler.txt");
+// make_golden.py's lines: "init growth backoff interval pattern : stepped/scale/tracker ...".
+std::vector<GoldenCase> parse_cases(std::istream& in) {
   std::vector<GoldenCase> cases;
   std::string line;
   while (std::getline(in, line)) {
+    if (line.find(" : ") == std::string::npos) continue;  // anything else a Python printed
     GoldenCase c;
     c.line = line;
     std::istringstream fields(line);
@@ -51,9 +55,8 @@ std::vector<GoldenCase> golden_cases() {
   return cases;
 }
 
-TEST(GradScaler, ScaleSequenceEqualsPyTorchsGradScalerOverScriptedInfAndNanSteps) {
-  const auto cases = golden_cases();
-  ASSERT_EQ(cases.size(), 8u) << "golden/grad_scaler.txt is missing or incomplete";
+// Replays each case's pattern through ddp's GradScaler, as make_golden.py's run() does PyTorch's.
+void expect_scale_sequences(const std::vector<GoldenCase>& cases) {
   for (const auto& c : cases) {
     SCOPED_TRACE(c.line);
     ASSERT_EQ(c.scales.size(), c.pattern.size());
@@ -84,6 +87,30 @@ TEST(GradScaler, ScaleSequenceEqualsPyTorchsGradScalerOverScriptedInfAndNanSteps
     }
   }
 }
+
+TEST(GradScaler, ScaleSequenceEqualsPyTorchsGradScalerOverScriptedInfAndNanSteps) {
+  std::ifstream in(std::string(DDP_SOURCE_DIR) + "/tests/torch/amp/golden/grad_scaler.txt");
+  const auto cases = parse_cases(in);
+  ASSERT_EQ(cases.size(), 8u) << "golden/grad_scaler.txt is missing or incomplete";
+  expect_scale_sequences(cases);
+}
+
+// The same cases, live: make_golden.py --print under each reference PyTorch.
+class GradScalerPyTorch : public ::testing::TestWithParam<ReferencePython> {};
+
+TEST_P(GradScalerPyTorch, ScaleSequenceEqualsThisPyTorchsGradScaler) {
+  const auto python = run_command(
+      {GetParam().path, std::string(DDP_SOURCE_DIR) + "/tests/torch/amp/make_golden.py", "--print"}, {},
+      std::chrono::seconds(120));
+  ASSERT_TRUE(python.ok()) << python.output;
+  std::istringstream in(python.output);
+  const auto cases = parse_cases(in);
+  ASSERT_EQ(cases.size(), 8u) << python.output;
+  std::cout << python.output.substr(0, python.output.find('\n') + 1);  // which GradScaler ran
+  expect_scale_sequences(cases);
+}
+
+INSTANTIATE_TEST_SUITE_P(PyTorch, GradScalerPyTorch, ::testing::ValuesIn(reference_pythons()), reference_name);
 
 TEST(GradScaler, NextScaleIsTheKernelsArithmetic) {
   using ddp::amp::detail::next_scale;

@@ -2,6 +2,11 @@
 """Golden scale sequences for ddp::amp::GradScaler, computed by PyTorch 1.13's own GradScaler class.
 
     /usr/bin/python3 tests/torch/amp/make_golden.py      # rewrites golden/grad_scaler.txt
+    PYTHON tests/torch/amp/make_golden.py --print        # the same lines on stdout, under any PyTorch
+
+PyTorch 2.3 and later run GradScaler on the CPU (torch.amp.GradScaler("cpu"), with CPU kernels): there
+the script runs that, unchanged, and grad_scaler_test.cpp compares ddp with it live. The golden file
+stays PyTorch 1.13's, made as follows.
 
 PyTorch 1.13's GradScaler runs only on CUDA: its two kernels, _amp_foreach_non_finite_check_and_unscale_
 and _amp_update_scale_, have no CPU implementation in 1.13 ("Could not run 'aten::_amp_update_scale_'
@@ -28,18 +33,13 @@ float) and tracker are the values after update().
 """
 import math
 import os
+import sys
 
 import numpy as np
 import torch
-from torch.cuda.amp import grad_scaler
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-class CpuReplicator(grad_scaler._MultiDeviceReplicator):
-    def __init__(self, master_tensor):  # the original asserts a CUDA tensor
-        self.master = master_tensor
-        self._per_device_tensors = {}
+NATIVE_CPU = hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler")  # 2.3+
 
 
 def check_and_unscale(grads, found_inf, inv_scale):
@@ -67,16 +67,31 @@ def update_scale(scale, growth_tracker, found_inf, growth_factor, backoff_factor
     return scale
 
 
-grad_scaler.amp_definitely_not_available = lambda: False
-grad_scaler._MultiDeviceReplicator = CpuReplicator
-torch._amp_foreach_non_finite_check_and_unscale_ = check_and_unscale
-torch._amp_update_scale_ = update_scale
+def cuda_scaler(init_scale, growth, backoff, interval):
+    """1.13's CUDA-only GradScaler class on CPU tensors, with the two kernels above."""
+    from torch.cuda.amp import grad_scaler
 
+    class CpuReplicator(grad_scaler._MultiDeviceReplicator):
+        def __init__(self, master_tensor):  # the original asserts a CUDA tensor
+            self.master = master_tensor
+            self._per_device_tensors = {}
 
-def run(init_scale, growth, backoff, interval, pattern):
+    grad_scaler.amp_definitely_not_available = lambda: False
+    grad_scaler._MultiDeviceReplicator = CpuReplicator
+    torch._amp_foreach_non_finite_check_and_unscale_ = check_and_unscale
+    torch._amp_update_scale_ = update_scale
     scaler = grad_scaler.GradScaler(init_scale=init_scale, growth_factor=growth, backoff_factor=backoff,
                                     growth_interval=interval)
     scaler._lazy_init_scale_growth_tracker(torch.device("cpu"))  # scale() itself asserts CUDA
+    return scaler
+
+
+def run(init_scale, growth, backoff, interval, pattern):
+    if NATIVE_CPU:
+        scaler = torch.amp.GradScaler("cpu", init_scale=init_scale, growth_factor=growth, backoff_factor=backoff,
+                                      growth_interval=interval)
+    else:
+        scaler = cuda_scaler(init_scale, growth, backoff, interval)
     w = torch.nn.Parameter(torch.ones(3))
     v = torch.nn.Parameter(torch.ones(2))
     first, second = torch.optim.SGD([w], lr=0.1), torch.optim.SGD([v], lr=0.1)
@@ -86,7 +101,7 @@ def run(init_scale, growth, backoff, interval, pattern):
         second.zero_grad()
         before = w.detach().clone()
         loss = (w * 2).sum() + (v * 3).sum()
-        (loss * scaler._scale).sum().backward()
+        (scaler.scale(loss) if NATIVE_CPU else loss * scaler._scale).sum().backward()
         with torch.no_grad():
             if letter == "i":
                 w.grad[1] = float("inf")
@@ -122,6 +137,13 @@ def main():
     for init_scale, growth, backoff, interval, pattern in CASES:
         results = run(init_scale, growth, backoff, interval, pattern)
         lines.append("%r %r %r %d %s : %s" % (init_scale, growth, backoff, interval, pattern, " ".join(results)))
+    if "--print" in sys.argv[1:]:
+        print("# PyTorch %s: %s" % (torch.__version__, 'torch.amp.GradScaler("cpu")' if NATIVE_CPU
+                                    else "torch.cuda.amp.GradScaler on CPU tensors, with make_golden.py's kernels"))
+        print("\n".join(lines), flush=True)
+        return
+    if NATIVE_CPU:
+        sys.exit("the golden file is PyTorch 1.13's: run this with /usr/bin/python3 (or --print)")
     with open(os.path.join(HERE, "golden", "grad_scaler.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
 

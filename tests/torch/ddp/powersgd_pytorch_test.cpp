@@ -4,7 +4,8 @@
 // match to 1e-5 (relative to max(1, |PyTorch's value|)): plain all-reduce before
 // start_powerSGD_iter, error feedback over several steps, warm start and fresh random Qs from the
 // same seed (ddp reproduces numpy's and torch's generators), the QR path (rank 3), batching of
-// same-shaped matrices, a bias and a matrix below min_compression_rate left uncompressed.
+// same-shaped matrices, a bias and a matrix below min_compression_rate left uncompressed. Against every
+// reference PyTorch (support/reference_pythons.h: Debian's 1.13, PyPI's 2.x).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -17,6 +18,7 @@
 #include "ddp/ddp.h"
 #include "ddp/torch/powersgd.h"
 #include "support/multiprocess.h"
+#include "support/reference_pythons.h"
 
 namespace ddp::test {
 namespace {
@@ -58,15 +60,15 @@ std::vector<float> read_floats(const std::string& path) {
   return floats;
 }
 
-TEST(PowerSgdPytorch, HookMatchesPyTorchsPowerSgdHook) {
+class PowerSgdPytorch : public ::testing::TestWithParam<ReferencePython> {};
+
+TEST_P(PowerSgdPytorch, HookMatchesPyTorchsPowerSgdHook) {
   const std::string base = ::testing::TempDir() + "/powersgd-" + std::to_string(::getpid());
   const std::string theirs_path = base + "-pytorch.bin", ours_path = base + "-ddp.bin";
   if (!is_rank_process()) {
-    const auto probe = run_command({"/usr/bin/python3", "-c", "import torch.distributed, numpy"}, {}, 60s);
-    if (!probe.ok()) GTEST_SKIP() << "PyTorch is not importable by /usr/bin/python3: " << probe.output;
     const auto peer = run_command(
-        {"/usr/bin/python3", std::string(DDP_SOURCE_DIR) + "/tests/torch/ddp/powersgd_peer.py", "--out", theirs_path},
-        {}, 180s);
+        {GetParam().path, std::string(DDP_SOURCE_DIR) + "/tests/torch/ddp/powersgd_peer.py", "--out", theirs_path}, {},
+        180s);
     ASSERT_TRUE(peer.ok()) << peer.output;
   }
   run_ranks(2, [](int rank, int) {
@@ -115,8 +117,10 @@ TEST(PowerSgdPytorch, HookMatchesPyTorchsPowerSgdHook) {
     ASSERT_LE(diff, 1e-5) << "element " << i << ": ddp " << ours[i] << ", PyTorch " << theirs[i];
     worst = std::max(worst, diff);
   }
-  std::cout << "largest relative difference from PyTorch: " << worst << "\n";
+  std::cout << "largest relative difference from PyTorch " << GetParam().name << ": " << worst << "\n";
 }
+
+INSTANTIATE_TEST_SUITE_P(PyTorch, PowerSgdPytorch, ::testing::ValuesIn(reference_pythons()), reference_name);
 
 }  // namespace
 }  // namespace ddp::test

@@ -1,7 +1,8 @@
 // PyTorch's DDP with Join and ddp's, on the same uneven inputs, must end with the same model:
 // pytorch_join_peer.py runs PyTorch's side (gloo, CPU); this file builds the same problems in C++.
 // 2 and 3 ranks, ranks with different numbers of batches (one with none), both divisor modes, an
-// unused layer, BatchNorm buffers (broadcast from the highest rank still training).
+// unused layer, BatchNorm buffers (broadcast from the highest rank still training). Against every
+// reference PyTorch (support/reference_pythons.h: Debian's 1.13, PyPI's 2.x).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -14,6 +15,7 @@
 
 #include "ddp/ddp.h"
 #include "support/multiprocess.h"
+#include "support/reference_pythons.h"
 
 namespace ddp::test {
 namespace {
@@ -73,16 +75,15 @@ at::Tensor read_floats(const std::string& path) {
   return t;
 }
 
-TEST(JoinPytorchParity, UnevenInputsEndWithPyTorchsModelAt2And3Ranks) {
+class JoinPytorchParity : public ::testing::TestWithParam<ReferencePython> {};
+
+TEST_P(JoinPytorchParity, UnevenInputsEndWithPyTorchsModelAt2And3Ranks) {
   const std::string dir = ::testing::TempDir() + "/join-parity-" + std::to_string(::getpid());
   if (!is_rank_process()) {
     std::filesystem::create_directories(dir + "/pytorch");
     std::filesystem::create_directories(dir + "/ddp");
-    const auto probe = run_command({"/usr/bin/python3", "-c", "import torch.distributed.algorithms.join"}, {}, 120s);
-    if (!probe.ok()) GTEST_SKIP() << "PyTorch's Join is not importable by /usr/bin/python3: " << probe.output;
-    const auto peer = run_command({"/usr/bin/python3", std::string(DDP_SOURCE_DIR) + "/tests/torch/join/pytorch_join_peer.py",
-                                   "--out", dir + "/pytorch"},
-                                  {}, 240s);
+    const std::string script = std::string(DDP_SOURCE_DIR) + "/tests/torch/join/pytorch_join_peer.py";
+    const auto peer = run_command({GetParam().path, script, "--out", dir + "/pytorch"}, {}, 240s);
     ASSERT_TRUE(peer.ok()) << peer.output;
   }
   run_ranks(3, [](int rank, int) {
@@ -116,6 +117,7 @@ TEST(JoinPytorchParity, UnevenInputsEndWithPyTorchsModelAt2And3Ranks) {
     destroy_process_group();
   }, {.env = {{"JOIN_PARITY_DIR", dir}}});
   if (is_rank_process()) return;
+  double worst = 0;
   for (const auto& config : kConfigs) {
     const auto theirs = read_floats(dir + "/pytorch/" + config.name + ".bin");
     for (int rank = 0; rank < config.world; ++rank) {
@@ -124,10 +126,14 @@ TEST(JoinPytorchParity, UnevenInputsEndWithPyTorchsModelAt2And3Ranks) {
       const double diff = (ours - theirs).abs().max().item<double>();
       EXPECT_LE(diff, 1e-6 * std::max(1.0, theirs.abs().max().item<double>()))
           << config.name << ", rank " << rank << ": ddp and PyTorch differ by up to " << diff;
+      worst = std::max(worst, diff);
     }
   }
+  std::cout << "largest difference from PyTorch " << GetParam().name << ": " << worst << "\n";
   std::filesystem::remove_all(dir);
 }
+
+INSTANTIATE_TEST_SUITE_P(PyTorch, JoinPytorchParity, ::testing::ValuesIn(reference_pythons()), reference_name);
 
 }  // namespace
 }  // namespace ddp::test

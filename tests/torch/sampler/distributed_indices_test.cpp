@@ -1,6 +1,7 @@
 // distributed_indices and torch_randperm against PyTorch: golden vectors written by
-// make_golden.py (/usr/bin/python3, PyTorch 1.13), a live comparison on random cases when PyTorch is
-// importable, LibTorch's own at::randperm, and properties that hold for any correct sampler.
+// make_golden.py (/usr/bin/python3, PyTorch 1.13), a live comparison on random cases against every
+// reference PyTorch (support/reference_pythons.h: Debian's 1.13, PyPI's 2.x), LibTorch's own
+// at::randperm, and properties that hold for any correct sampler.
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/ops/randperm.h>
 #include <gtest/gtest.h>
@@ -24,6 +25,7 @@
 #include "ddp/torch/distributed_sampler.h"
 #include "sampler/randperm.h"
 #include "support/multiprocess.h"
+#include "support/reference_pythons.h"
 
 namespace ddp {
 namespace {
@@ -188,12 +190,12 @@ TEST(DistributedSamplerRandperm, LargeSizesAroundTheAlgorithmSwitch) {
             summary(torch_randperm(n - 1, seed, RandpermCompat::kLegacy)));
 }
 
-// Random cases against the installed PyTorch, when there is one.
-TEST(DistributedSamplerLive, RandomCasesMatchInstalledPyTorch) {
-  const std::string python = "/usr/bin/python3";
-  const auto probe = test::run_command({python, "-c", "import torch"}, {}, std::chrono::seconds(60));
-  if (!probe.ok()) GTEST_SKIP() << "PyTorch is not importable by " << python << ": " << probe.output;
+// Random cases against each reference PyTorch (n stays below kRandpermLargeSize, where 2.7 changed
+// randperm: the golden inside_out64 lines cover that loop).
+class DistributedSamplerLive : public ::testing::TestWithParam<test::ReferencePython> {};
 
+TEST_P(DistributedSamplerLive, RandomCasesMatchInstalledPyTorch) {
+  const std::string python = GetParam().path;
   std::mt19937_64 rng(20240611);
   std::vector<Case> cases;
   for (int i = 0; i < 200; ++i) {
@@ -232,6 +234,9 @@ TEST(DistributedSamplerLive, RandomCasesMatchInstalledPyTorch) {
   ASSERT_EQ(answers.size(), cases.size()) << result.output.substr(0, 2000);
   for (std::size_t i = 0; i < cases.size(); ++i) EXPECT_EQ(our_line(cases[i]), answers[i]);
 }
+
+INSTANTIATE_TEST_SUITE_P(PyTorch, DistributedSamplerLive, ::testing::ValuesIn(test::reference_pythons()),
+                         test::reference_name);
 
 // ---- Properties ------------------------------------------------------------------------------
 

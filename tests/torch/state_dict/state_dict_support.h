@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -16,15 +17,22 @@
 namespace ddp::test {
 
 struct TempDir {
-  std::filesystem::path path = std::filesystem::temp_directory_path() /
-                               ("ddp-sd-" + std::to_string(::getpid()) + "-" +
-                                ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  std::filesystem::path path = std::filesystem::temp_directory_path() / ("ddp-sd-" + std::to_string(::getpid()) + "-" +
+                                                                         flat(current_test()->name()));
   TempDir() {
     std::filesystem::remove_all(path);
     std::filesystem::create_directories(path);
   }
   ~TempDir() { std::filesystem::remove_all(path); }
   std::string operator/(const std::string& name) const { return (path / name).string(); }
+
+ private:
+  static const ::testing::TestInfo* current_test() { return ::testing::UnitTest::GetInstance()->current_test_info(); }
+  // A parametrized test's name ("BothWaysBitForBit/Debian") as one directory, which the destructor removes whole.
+  static std::string flat(std::string name) {
+    std::replace(name.begin(), name.end(), '/', '_');
+    return name;
+  }
 };
 
 inline std::string file_bytes(const std::string& path) {
