@@ -22,9 +22,14 @@ struct ExchangeHolder : torch::CustomClassHolder {
 };
 
 struct SyncBatchNormFunction : torch::autograd::Function<SyncBatchNormFunction> {
-  static at::Tensor forward(AutogradContext* ctx, at::Tensor input, at::Tensor weight, at::Tensor bias,
-                            at::Tensor running_mean, at::Tensor running_var, double momentum, double eps,
+  // The layer's optional tensors (no affine parameters, no running statistics) come as optionals:
+  // LibTorch records every tensor argument's device for backward, which an undefined one lacks.
+  static at::Tensor forward(AutogradContext* ctx, at::Tensor input, c10::optional<at::Tensor> weight_arg,
+                            c10::optional<at::Tensor> bias_arg, c10::optional<at::Tensor> running_mean_arg,
+                            c10::optional<at::Tensor> running_var_arg, double momentum, double eps,
                             std::shared_ptr<ProcessGroup> group) {
+    const at::Tensor weight = weight_arg.value_or(at::Tensor()), bias = bias_arg.value_or(at::Tensor());
+    at::Tensor running_mean = running_mean_arg.value_or(at::Tensor()), running_var = running_var_arg.value_or(at::Tensor());
     input = input.contiguous(input.suggest_memory_format());
     auto exchange = std::make_shared<StatsExchange>(group);
     const auto stats = combine_statistics(exchange->all_gather(local_statistics(input)), statistics_dtype(input));
@@ -68,8 +73,9 @@ struct SyncBatchNormFunction : torch::autograd::Function<SyncBatchNormFunction> 
 at::Tensor sync_batch_norm(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
                            at::Tensor running_mean, at::Tensor running_var, double momentum, double eps,
                            std::shared_ptr<ProcessGroup> group) {
-  return SyncBatchNormFunction::apply(input, weight, bias, std::move(running_mean), std::move(running_var), momentum,
-                                      eps, std::move(group));
+  const auto given = [](const at::Tensor& t) { return t.defined() ? c10::optional<at::Tensor>(t) : c10::nullopt; };
+  return SyncBatchNormFunction::apply(input, given(weight), given(bias), given(running_mean), given(running_var),
+                                      momentum, eps, std::move(group));
 }
 
 }  // namespace ddp::detail

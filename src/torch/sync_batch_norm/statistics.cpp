@@ -116,6 +116,16 @@ at::Tensor local_gradient_sums(const at::Tensor& grad_output, const at::Tensor& 
   const std::int64_t channels = input.size(1);
   at::Tensor out = at::zeros({2 * channels}, input.options().dtype(at::kDouble));
   if (input.numel() == 0) return out;
+  if (input.is_cuda()) {
+    // CUDA: the reduction PyTorch's SyncBatchNorm uses (its native_batch_norm_backward kernel
+    // needs a weight to shape its outputs): sum(dy) and sum(dy * (x - mean)) with an inverse
+    // deviation of 1, any memory format, float16 inputs with float32 statistics.
+    auto sums = at::batch_norm_backward_reduce(grad_output, input, mean, at::ones_like(mean), /*weight=*/{},
+                                               /*input_g=*/true, /*weight_g=*/false, /*bias_g=*/false);
+    out.narrow(0, 0, channels).copy_(std::get<0>(sums));
+    out.narrow(0, channels, channels).copy_(std::get<1>(sums));
+    return out;
+  }
   // Batch norm's own backward computes both sums in one pass: with an inverse deviation of 1 its
   // weight gradient is sum(dy * (x - mean)), its bias gradient sum(dy).
   auto sums = at::native_batch_norm_backward(grad_output, input, /*weight=*/{}, /*running_mean=*/{},

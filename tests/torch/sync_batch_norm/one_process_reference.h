@@ -20,11 +20,15 @@ struct BatchNormScenario {
   std::vector<std::int64_t> tail;       // an input's shape after [N, C]
   std::int64_t channels;
   c10::optional<double> momentum;
+  bool affine = true;
+  bool channels_last = false;             // 4-d inputs only
+  at::ScalarType dtype = at::kFloat;      // the inputs' (the layer's parameters stay float32)
 };
 
 inline double relative(const at::Tensor& a, const at::Tensor& b) {
   if (a.numel() == 0 && b.numel() == 0) return 0;
-  return (a - b).abs().max().item<double>() / (b.abs().max().item<double>() + 1e-12);
+  const at::Tensor x = a.to(at::kDouble), y = b.to(at::kDouble);
+  return (x - y).abs().max().item<double>() / (y.abs().max().item<double>() + 1e-12);
 }
 
 // Trains a SyncBatchNorm (in DDP, on `group`) and, beside it, one BatchNorm on the whole
@@ -34,12 +38,12 @@ void expect_matches_one_process(const BatchNormScenario& s, const std::shared_pt
                                 const torch::Device& device = torch::kCPU, double tolerance = 1e-5) {
   const int me = group->rank(), world = group->size();
   torch::nn::BatchNormOptions options(s.channels);
-  options.momentum(s.momentum);
+  options.momentum(s.momentum).affine(s.affine);
   SyncBatchNorm bn(options, group);
   BatchNorm reference(options);
   bn->to(device);
   reference->to(device);
-  {
+  if (s.affine) {
     torch::NoGradGuard no_grad;
     torch::manual_seed(7);
     bn->weight.copy_(torch::rand({s.channels}) + 0.5);
@@ -47,8 +51,14 @@ void expect_matches_one_process(const BatchNormScenario& s, const std::shared_pt
     reference->weight.copy_(bn->weight);
     reference->bias.copy_(bn->bias);
   }
-  DistributedDataParallel model(bn, {.process_group = group});
-  torch::optim::SGD optimizer(model->parameters(), 0.1), reference_optimizer(reference->parameters(), 0.1);
+  // Without affine parameters there is nothing for DDP or an optimizer: the layer alone.
+  std::optional<DistributedDataParallel<SyncBatchNormImpl>> model;
+  std::optional<torch::optim::SGD> optimizer, reference_optimizer;
+  if (s.affine) {
+    model.emplace(bn, DDPOptions{.process_group = group});
+    optimizer.emplace((*model)->parameters(), 0.1);
+    reference_optimizer.emplace(reference->parameters(), 0.1);
+  }
   std::int64_t total = 0;
   for (auto n : s.rows) total += n;
   for (int step = 0; step < steps; ++step) {
@@ -57,34 +67,39 @@ void expect_matches_one_process(const BatchNormScenario& s, const std::shared_pt
       torch::manual_seed(1000 * s.id + 10 * m + step);
       std::vector<std::int64_t> shape{s.rows[m], s.channels};
       shape.insert(shape.end(), s.tail.begin(), s.tail.end());
-      xs.push_back((torch::randn(shape) * 2 + 0.5).to(device));
-      ws.push_back(torch::randn(shape).to(device));  // weights of the loss: sum(out * w) / count
+      const auto layout = s.channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+      xs.push_back((torch::randn(shape) * 2 + 0.5).to(device, s.dtype).contiguous(layout));
+      ws.push_back(torch::randn(shape).to(device, s.dtype).contiguous(layout));  // the loss: sum(out * w) / count
     }
     const double scale = static_cast<double>(world) / static_cast<double>(total);  // DDP averages over world
     auto x = xs[me].clone().requires_grad_(true);
-    optimizer.zero_grad();
-    auto out = model->forward(x);
+    if (optimizer) optimizer->zero_grad();
+    auto out = model ? (*model)->forward(x) : bn->forward(x);
     ((out * ws[me]).sum() * scale).backward();
-    optimizer.step();
+    if (optimizer) optimizer->step();
 
     auto whole = torch::cat(xs).requires_grad_(true);
-    reference_optimizer.zero_grad();
+    if (reference_optimizer) reference_optimizer->zero_grad();
     auto expected = reference->forward(whole);
     ((expected * torch::cat(ws)).sum() / static_cast<double>(total)).backward();
-    reference_optimizer.step();
+    if (reference_optimizer) reference_optimizer->step();
 
     std::int64_t offset = 0;
     for (int m = 0; m < me; ++m) offset += s.rows[m];
     const std::string where = "scenario " + std::to_string(s.id) + ", step " + std::to_string(step);
     EXPECT_LT(relative(out, expected.narrow(0, offset, s.rows[me])), tolerance) << where << ": outputs";
     EXPECT_LT(relative(x.grad() / world, whole.grad().narrow(0, offset, s.rows[me])), tolerance) << where << ": input gradients";
-    EXPECT_LT(relative(bn->weight.grad(), reference->weight.grad()), tolerance) << where << ": weight gradient";
-    EXPECT_LT(relative(bn->bias.grad(), reference->bias.grad()), tolerance) << where << ": bias gradient";
+    if (s.affine) {
+      EXPECT_LT(relative(bn->weight.grad(), reference->weight.grad()), tolerance) << where << ": weight gradient";
+      EXPECT_LT(relative(bn->bias.grad(), reference->bias.grad()), tolerance) << where << ": bias gradient";
+    }
     EXPECT_LT(relative(bn->running_mean, reference->running_mean), tolerance) << where << ": running mean";
     EXPECT_LT(relative(bn->running_var, reference->running_var), tolerance) << where << ": running variance";
     EXPECT_EQ(bn->num_batches_tracked.item<std::int64_t>(), step + 1);
   }
-  EXPECT_LT(relative(bn->weight, reference->weight), tolerance) << "trained weight";
+  if (s.affine) {
+    EXPECT_LT(relative(bn->weight, reference->weight), tolerance) << "trained weight";
+  }
 }
 
 }  // namespace ddp::test

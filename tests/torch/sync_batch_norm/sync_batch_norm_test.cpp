@@ -36,6 +36,14 @@ TEST(SyncBatchNorm, RanksEqualOneProcessOnTheConcatenatedBatch) {
     }
     expect_matches_one_process<torch::nn::BatchNorm1d>({5, {0, 1, 2, 3}, {1, 1, 1, 1}, {7}, 4, 0.1},
                                                        get_default_group(), 2);
+    // Without affine parameters (its autograd function then gets no weight or bias), and a
+    // channels-last input.
+    BatchNormScenario no_affine{6, {0, 1, 2, 3}, {3, 0, 5, 2}, {4, 4}, 3, 0.1};
+    no_affine.affine = false;
+    expect_matches_one_process<torch::nn::BatchNorm2d>(no_affine, get_default_group(), 2);
+    BatchNormScenario channels_last{7, {0, 1, 2, 3}, {2, 3, 1, 2}, {4, 4}, 3, 0.1};
+    channels_last.channels_last = true;
+    expect_matches_one_process<torch::nn::BatchNorm2d>(channels_last, get_default_group(), 2);
     destroy_process_group();
   });
 }
