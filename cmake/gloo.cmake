@@ -44,14 +44,7 @@ endif()
 
 if(DDP_GLOO_MODE STREQUAL "PRIVATE")
   if(NOT DDP_GLOO_SOURCE_DIR)
-    # The cache scripts/private_gloo.sh fills.
-    if(DEFINED ENV{DDP_CACHE})
-      set(_cache "$ENV{DDP_CACHE}")
-    elseif(DEFINED ENV{XDG_CACHE_HOME})
-      set(_cache "$ENV{XDG_CACHE_HOME}/ddp")
-    else()
-      set(_cache "$ENV{HOME}/.cache/ddp")
-    endif()
+    ddp_cache_dir(_cache)  # where scripts/private_gloo.sh unpacks it
     file(GLOB _found LIST_DIRECTORIES TRUE "${_cache}/gloo-src-*")
     if(_found)
       list(SORT _found)

@@ -29,8 +29,13 @@ fi
 # GPU tests (compiled and linked; no GPU here) against PyPI's LibTorch, with ddp's private Gloo;
 # then the torch, example and install tests on the CPU, LibTorch's own Gloo in the same processes.
 upstream="LibTorch ${DDP_UPSTREAM_TORCH:-2.15.0}"
-if stage "build against $upstream" scripts/setup.sh --torch "pypi=${DDP_UPSTREAM_TORCH:-2.15.0}" build-torch2 \
-  -DDDP_BUILD_BENCH=OFF; then
+upstream_targets=()
+for t in ddp_core ddp_torch ddprun ddp_trace train_fashion_mnist allreduce_demo ddp_torch_tests ddp_gloo_torch_tests \
+  ddp_torch_gpu_tests ddp_gpu_tests example_tests example_unit_tests; do
+  upstream_targets+=(--target "$t")
+done
+if stage "build against $upstream" scripts/setup.sh --torch "pypi=${DDP_UPSTREAM_TORCH:-2.15.0}" "${upstream_targets[@]}" \
+  build-torch2 -DDDP_BUILD_BENCH=OFF; then
   ctest_stage "torch, example and install tests against $upstream" build-torch2/ctest.log \
     ctest --test-dir build-torch2 -L '^(torch|example|install)$' -LE scripts -j 2 --output-on-failure --timeout 600 || true
 else

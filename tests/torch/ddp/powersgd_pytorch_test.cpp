@@ -17,6 +17,7 @@
 
 #include "ddp/ddp.h"
 #include "ddp/torch/powersgd.h"
+#include "support/float_file.h"
 #include "support/multiprocess.h"
 #include "support/reference_pythons.h"
 
@@ -50,14 +51,6 @@ at::Tensor values(std::int64_t numel, int rank, int step, int bucket, int config
   auto k = torch::arange(numel, torch::kFloat64);
   const double c = 1.3 * rank + 0.71 * step + 2.1 * bucket + 0.5 * config;
   return (torch::sin(k * 0.37 + c) * (1 + 0.5 * torch::cos(k * 0.11 - c))).to(torch::kFloat32);
-}
-
-std::vector<float> read_floats(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::vector<char> bytes{std::istreambuf_iterator<char>(in), {}};
-  std::vector<float> floats(bytes.size() / 4);
-  std::memcpy(floats.data(), bytes.data(), floats.size() * 4);
-  return floats;
 }
 
 class PowerSgdPytorch : public ::testing::TestWithParam<ReferencePython> {};

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "ddp/ddp.h"
+#include "support/float_file.h"
 #include "support/multiprocess.h"
 #include "support/reference_pythons.h"
 
@@ -55,14 +56,6 @@ at::Tensor pattern(std::vector<std::int64_t> shape, std::int64_t multiplier, std
   for (auto s : shape) n *= s;
   const auto k = torch::arange(n, torch::kLong);
   return (torch::remainder(k * multiplier + offset, prime).to(torch::kFloat) / denominator - shift).reshape(shape);
-}
-
-std::vector<float> read_floats(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::vector<char> bytes{std::istreambuf_iterator<char>(in), {}};
-  std::vector<float> floats(bytes.size() / 4);
-  std::memcpy(floats.data(), bytes.data(), floats.size() * 4);
-  return floats;
 }
 
 // One case of the peer's rank_main, through ddp::SyncBatchNorm: what it writes, in its order.
