@@ -40,10 +40,12 @@ void set_lr(torch::optim::SGD& optimizer, double lr) {
   for (auto& group : optimizer.param_groups()) static_cast<torch::optim::SGDOptions&>(group.options()).lr(lr);
 }
 
-// Sums over every rank: what is printed is about the whole job, not one shard.
+// Sums over every rank: what is printed is about the whole job, not one shard. On the group's
+// collective device: the CPU with gloo or "cpu:gloo,cuda:nccl", the GPU with nccl alone.
 std::vector<double> sum_over_ranks(std::vector<double> values) {
-  auto t = torch::tensor(values, torch::kDouble);
+  auto t = torch::tensor(values, torch::kDouble).to(ddp::collective_device());
   ddp::all_reduce(t);
+  t = t.cpu();
   return {t.data_ptr<double>(), t.data_ptr<double>() + t.numel()};
 }
 
@@ -106,9 +108,10 @@ std::string sample_log_path(const std::string& dir, int rank) {
 // Every rank's loss sums, in rank order ([world, 4]): a checkpoint keeps them all, since each
 // rank's share of a mean is its own. Collective.
 at::Tensor gather_loss_sums(const LossSums& mine, int world) {
-  auto all = torch::empty({world * 4}, torch::kDouble);
-  ddp::all_gather_into_tensor(all, torch::tensor(mine.values(), torch::kDouble));
-  return all.view({world, 4});
+  const auto device = ddp::collective_device();
+  auto all = torch::empty({world * 4}, torch::dtype(torch::kDouble).device(device));
+  ddp::all_gather_into_tensor(all, torch::tensor(mine.values(), torch::kDouble).to(device));
+  return all.cpu().view({world, 4});
 }
 
 }  // namespace
@@ -133,8 +136,11 @@ int main(int argc, char** argv) {
     const int rank = ddp::get_rank(), world = ddp::get_world_size();
     // 2. One device per process, chosen by LOCAL_RANK.
     const int local_rank = ddp::get_local_rank();
-    torch::Device device = torch::cuda::is_available() && ddp::get_backend() == "nccl"
-                               ? torch::Device(torch::kCUDA, local_rank)
+    //    The GPU when the group's backend takes this rank's GPU tensors (nccl, or the default
+    //    "cpu:gloo,cuda:nccl" where CUDA is available), else the CPU.
+    const ddp::Device gpu{ddp::Device::Type::CUDA, local_rank};
+    torch::Device device = torch::cuda::is_available() && ddp::get_default_group()->accepts(gpu)
+                               ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank))
                                : torch::Device(torch::kCPU);
     const bool leader = rank == 0;
 

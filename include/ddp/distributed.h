@@ -32,8 +32,10 @@ struct InitOptions {
   std::shared_ptr<Store> store;   // rendezvous through this store instead of init_method
 };
 
-// Creates the default group ("world"). `backend`: "gloo" (CPU), "nccl" (CUDA), or "" for nccl
-// when CUDA is available and gloo otherwise.
+// Creates the default group ("world"). `backend`: "gloo" (CPU tensors), "nccl" (CUDA tensors),
+// one per device type as PyTorch 2.x has them, "cpu:gloo,cuda:nccl" (CPU tensors over gloo, CUDA
+// tensors over NCCL, in one group with one order of operations), or "" for that pair when CUDA is
+// available and gloo otherwise (PyTorch 2.x's default).
 //
 // Where rank and world size come from, first found wins: `options`; RANK and WORLD_SIZE (ddprun,
 // torchrun); OMPI_COMM_WORLD_RANK/_SIZE (Open MPI); SLURM_PROCID/SLURM_NTASKS (Slurm). With none
@@ -64,7 +66,7 @@ int get_world_size(const std::shared_ptr<ProcessGroup>& group = nullptr);
 int get_local_rank();
 int get_local_world_size();
 
-// The backend of the default group ("gloo", "nccl").
+// The backend of `group` (default: the default group) as named: "gloo", "nccl", "cpu:gloo,cuda:nccl".
 std::string get_backend(const std::shared_ptr<ProcessGroup>& group = nullptr);
 
 // Blocks until every rank of `group` (default: the world) has called barrier.

@@ -13,4 +13,9 @@ BackendFactory find_backend(const std::string& name);
 // Which devices' buffers the backend registered as `name` takes. Throws as find_backend.
 DeviceFilter accepted_devices(const std::string& name);
 
+// Throws, saying why, when this process cannot run the builtin backend `name` (nccl: no GPU, or
+// none that LOCAL_RANK names, or a build without NCCL; gloo: ddp's Gloo calls bound into another
+// Gloo, gloo/binding.h). Other backends: nothing to check.
+void check_backend_usable(const std::string& name);
+
 }  // namespace ddp::detail

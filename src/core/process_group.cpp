@@ -9,6 +9,7 @@
 #include "ddp/hash_store.h"
 #include "ddp/prefix_store.h"
 #include "flight/recorder.h"
+#include "group/backend_set.h"
 #include "group/execute.h"
 #include "group/failure.h"
 #include "group/join.h"
@@ -33,13 +34,12 @@ using Clock = std::chrono::steady_clock;
 // group/failure, running one op on the backend group/execute.
 struct ProcessGroup::State {
   std::string name;
-  std::string backend_name;
   int rank = 0;
   int size = 1;
   std::vector<int> global_ranks;
   std::atomic<long long> timeout_ms{0};
   std::shared_ptr<Store> store;  // this group's keys
-  std::unique_ptr<Backend> backend;
+  std::unique_ptr<detail::BackendSet> backends;  // one, or one per device type
   std::unique_ptr<detail::ProgressSlot> progress;
   std::shared_ptr<detail::FailureHandler> failures;  // groups of more than one
   std::uint64_t last_words = 0;                      // its note for the peers should the process end (group/last_words)
@@ -80,8 +80,11 @@ struct ProcessGroup::State {
     flight->started(ticket, started);
     try {
       const auto deadline = started + timeout();
-      if (detail::debug_checks_enabled() && size > 1) detail::check_agreement(*backend, op, deadline);
-      if (op.agreed_count() > 0 || op.type == OpType::Barrier) detail::execute(*backend, op, deadline);
+      Backend& backend = backends->for_op(op);
+      if (detail::debug_checks_enabled() && size > 1) {
+        detail::check_agreement(backends->host() ? *backends->host() : backend, op, deadline);  // host fingerprints
+      }
+      if (op.agreed_count() > 0 || op.type == OpType::Barrier) detail::execute(backend, op, deadline);
       if (progress) progress->finished(op);
       flight->ended(ticket, true);
       work.finish();
@@ -107,7 +110,7 @@ struct ProcessGroup::State {
     if (lost) {
       failures->record(cat(failures->where(op), " failed: ", first_hand.message));
       std::lock_guard lock(issue_mutex);
-      backend->abort();
+      backends->abort();
     }
     const detail::ErrorInfo info = failures->explain(op, cause, elapsed, timeout());
     auto failure = detail::make_error(info.kind, info.message);
@@ -119,7 +122,7 @@ struct ProcessGroup::State {
           broken = failure;
           first = true;
         }
-        if (!lost) backend->abort();
+        if (!lost) backends->abort();
       }
       failures->record(info.message);  // lets the peers name the rank that failed first
       detail::log(detail::LogLevel::Error, info.message);
@@ -158,7 +161,7 @@ struct ProcessGroup::State {
   void run_alone(const Op& op, Work& work, FlightRecorder::Ticket record) {
     flight->started(record);
     try {
-      detail::execute(*backend, op, Clock::now() + timeout());
+      detail::execute(backends->for_op(op), op, Clock::now() + timeout());
       flight->ended(record, true);
       work.finish();
     } catch (...) {
@@ -181,8 +184,9 @@ struct ProcessGroup::State {
     }
     Backend::Waiter waiter;
     try {
-      waiter = op.type == OpType::Send ? backend->post_send(op.input, op.peer, op.tag)
-                                       : backend->post_recv(op.input, op.peer, op.tag);
+      Backend& backend = backends->for_op(op);
+      waiter = op.type == OpType::Send ? backend.post_send(op.input, op.peer, op.tag)
+                                       : backend.post_recv(op.input, op.peer, op.tag);
     } catch (...) {
       flight->ended(record, false);
       const auto cause = detail::classify(std::current_exception());
@@ -208,13 +212,9 @@ struct ProcessGroup::State {
 
   void check_devices(const Op& op) const {
     for (const Buffer* b : {&op.input, &op.output}) {
-      if (b->count > 0 && !backend->accepts(b->device)) {
-        throw InvalidArgument(cat(to_string(op.type), ": the ", backend_name, " backend cannot use buffers on ",
-                                  to_string(b->device),
-                                  b->device.is_cuda()
-                                      ? "; the nccl backend takes CUDA buffers on this rank's GPU (the one LOCAL_RANK "
-                                        "names), gloo takes CPU buffers"
-                                      : "; use the gloo backend for CPU tensors"));
+      if (b->count > 0 && !backends->accepts(b->device)) {
+        throw InvalidArgument(cat(to_string(op.type), ": the ", backends->name(), " backend cannot use buffers on ",
+                                  to_string(b->device), detail::device_advice(backends->name(), b->device)));
       }
     }
   }
@@ -233,11 +233,17 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const std::string& backend, s
   if (!options.global_ranks.empty() && static_cast<int>(options.global_ranks.size()) != size) {
     throw InvalidArgument(cat("process group: ", options.global_ranks.size(), " global ranks given for a group of ", size));
   }
-  auto factory = detail::find_backend(backend);
+  const auto choices = detail::parse_backend_spec(backend);
+  for (const auto& choice : choices) {  // unknown names fail here, before any waiting
+    const auto accepts = detail::accepted_devices(choice.backend);
+    if (choice.device == Device::Type::CPU && !accepts(Device{})) {
+      throw InvalidArgument(cat("backend ", detail::quote(backend), ": ", choice.backend, " takes no CPU buffers; name "
+                                "a CPU backend for cpu, e.g. \"cpu:gloo,cuda:", choice.backend, "\""));
+    }
+  }
   auto& flight = FlightRecorder::instance();  // first: a bad DDP_FLIGHT_RECORDER fails before any waiting
   auto state = std::make_shared<State>();
   state->name = options.name;
-  state->backend_name = backend;
   state->rank = rank;
   state->size = size;
   state->timeout_ms = options.timeout.count();
@@ -252,19 +258,37 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const std::string& backend, s
     store = std::make_shared<HashStore>();
   }
   state->store = std::make_shared<PrefixStore>("pg/" + options.name, store);
+  std::vector<std::unique_ptr<Backend>> backends;
+  // Whether this machine can run the backends (nccl: a GPU that LOCAL_RANK names): a rank that
+  // cannot says so to the others as it joins, instead of leaving them to wait for it.
+  std::exception_ptr unusable;
+  try {
+    for (const auto& choice : choices) detail::check_backend_usable(choice.backend);
+  } catch (...) {
+    unusable = std::current_exception();
+  }
   if (size == 1) {
-    state->backend = detail::make_local_backend(backend, detail::accepted_devices(backend));
+    if (unusable) std::rethrow_exception(unusable);
+    for (const auto& choice : choices) {
+      backends.push_back(detail::make_local_backend(choice.backend, detail::accepted_devices(choice.backend)));
+    }
+    state->backends = std::make_unique<detail::BackendSet>(choices, std::move(backends));
   } else {
-    detail::join_group(*state->store, options.name, rank, size, options.timeout);
+    detail::join_group(*state->store, options.name, rank, size, options.timeout, unusable);
     auto diag = state->store->clone();
     diag->set_timeout(detail::kDiagnosisBudget);
-    state->failures = std::make_shared<detail::FailureHandler>(std::move(diag), options.name, rank, state->global_ranks);
+    state->failures =
+        std::make_shared<detail::FailureHandler>(std::move(diag), options.name, rank, state->global_ranks, choices);
     state->last_words = detail::add_last_words([failures = std::weak_ptr(state->failures)](const std::string& message) {
       if (auto f = failures.lock()) f->record(message);
     });
-    BackendContext context{std::make_shared<PrefixStore>("backend", state->store), rank, size, options.timeout,
-                           options.master_addr};
-    state->backend = factory(context);
+    for (const auto& choice : choices) {  // each device type's backend under keys of its own
+      const std::string prefix = choice.device ? cat("backend/", detail::device_type_name(*choice.device)) : "backend";
+      BackendContext context{std::make_shared<PrefixStore>(prefix, state->store), rank, size, options.timeout,
+                             options.master_addr};
+      backends.push_back(detail::find_backend(choice.backend)(context));
+    }
+    state->backends = std::make_unique<detail::BackendSet>(choices, std::move(backends));
     detail::all_connected(*state->store, options.name, rank, size, options.timeout);
     auto progress_store = state->store->clone();
     progress_store->set_timeout(detail::kDiagnosisBudget);  // a stopped store host must not hold the reporter long
@@ -290,13 +314,13 @@ ProcessGroup::~ProcessGroup() {
 int ProcessGroup::rank() const { return state_->rank; }
 int ProcessGroup::size() const { return state_->size; }
 const std::string& ProcessGroup::name() const { return state_->name; }
-std::string_view ProcessGroup::backend_name() const { return state_->backend_name; }
-bool ProcessGroup::accepts(const Device& device) const { return state_->backend->accepts(device); }
+std::string_view ProcessGroup::backend_name() const { return state_->backends->name(); }
+bool ProcessGroup::accepts(const Device& device) const { return state_->backends->accepts(device); }
 std::chrono::milliseconds ProcessGroup::timeout() const { return state_->timeout(); }
 
 std::shared_ptr<void> ProcessGroup::allocate_shared_memory(std::size_t bytes) {
   if (bytes == 0) throw InvalidArgument("allocate_shared_memory: the size is 0; ask for at least one byte");
-  return state_->backend->allocate_shared(bytes);
+  return state_->backends->allocate_shared(bytes);
 }
 
 void ProcessGroup::set_timeout(std::chrono::milliseconds timeout) {

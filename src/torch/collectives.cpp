@@ -118,6 +118,11 @@ void unflatten(const at::Tensor& flat, std::vector<at::Tensor>& list) {
 
 }  // namespace
 
+c10::Device collective_device(const GroupPtr& group) {
+  if (resolve(group)->accepts(Device{})) return c10::Device(c10::kCPU);
+  return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(get_local_rank()));
+}
+
 DataType to_data_type(at::ScalarType type) {
   switch (type) {
     case at::kFloat: return DataType::Float32;

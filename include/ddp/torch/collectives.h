@@ -21,6 +21,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include <memory>
 #include <vector>
@@ -96,6 +97,12 @@ void send(const at::Tensor& tensor, int dst, const GroupPtr& group = nullptr, in
 std::shared_ptr<Work> isend(const at::Tensor& tensor, int dst, const GroupPtr& group = nullptr, int tag = 0);
 void recv(at::Tensor& tensor, int src, const GroupPtr& group = nullptr, int tag = 0);
 std::shared_ptr<Work> irecv(at::Tensor& tensor, int src, const GroupPtr& group = nullptr, int tag = 0);
+
+// Where small tensors for a collective on `group` belong (metrics, counts, flags): the CPU when the
+// group takes CPU tensors (gloo, "cpu:gloo,cuda:nccl"), else this rank's GPU, the one LOCAL_RANK
+// names (nccl alone). ddp's own collectives (the straggler report, ZeroRedundancyOptimizer's state,
+// ...) put their tensors there, so they work on every backend.
+c10::Device collective_device(const GroupPtr& group = nullptr);
 
 // The ddp element type of a torch dtype; throws InvalidArgument for unsupported dtypes.
 DataType to_data_type(at::ScalarType type);

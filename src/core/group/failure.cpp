@@ -24,12 +24,15 @@ std::shared_ptr<Store> root_of(std::shared_ptr<Store> store) {
 
 }  // namespace
 
-FailureHandler::FailureHandler(std::shared_ptr<Store> diag, std::string group, int rank, std::vector<int> global_ranks)
+FailureHandler::FailureHandler(std::shared_ptr<Store> diag, std::string group, int rank, std::vector<int> global_ranks,
+                               std::vector<BackendChoice> backends)
     : diag_(std::move(diag)), root_(root_of(diag_)), group_(std::move(group)), rank_(rank),
-      global_ranks_(std::move(global_ranks)) {}
+      global_ranks_(std::move(global_ranks)), backends_(std::move(backends)) {}
 
 std::string FailureHandler::where(const Op& op) const {
-  return cat(describe(op), " in group '", group_, "' on rank ", rank_);
+  std::string text = cat(describe(op), " in group '", group_, "' on rank ", rank_);
+  if (backends_.size() > 1) text += cat(" (over ", backend_for(backends_, op), ")");
+  return text;
 }
 
 ErrorInfo FailureHandler::explain(const Op& op, const std::exception_ptr& cause, std::chrono::milliseconds elapsed,

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ddp/store.h"
+#include "group/backend_set.h"
 #include "group/diagnosis.h"
 #include "group/op.h"
 #include "util/error_kind.h"
@@ -25,10 +26,14 @@ inline constexpr std::chrono::milliseconds kDiagnosisBudget{5000};
 
 class FailureHandler {
  public:
-  // `diag`: the group's keys, on a connection of its own. `global_ranks[r]`: group rank r's global rank.
-  FailureHandler(std::shared_ptr<Store> diag, std::string group, int rank, std::vector<int> global_ranks);
+  // `diag`: the group's keys, on a connection of its own. `global_ranks[r]`: group rank r's global
+  // rank. `backends`: the group's spec (group/backend_set.h), whose backend an op's error names
+  // when there are several.
+  FailureHandler(std::shared_ptr<Store> diag, std::string group, int rank, std::vector<int> global_ranks,
+                 std::vector<BackendChoice> backends = {});
 
-  // "all_reduce #12 (float32 x 4, SUM) in group 'world' on rank 1".
+  // "all_reduce #12 (float32 x 4, SUM) in group 'world' on rank 1", and in a device-keyed group
+  // the backend that ran it: "... on rank 1 (over nccl)".
   std::string where(const Op& op) const;
 
   // The error a collective's failure becomes: where, how long it ran, the cause and what the
@@ -53,6 +58,7 @@ class FailureHandler {
   std::string group_;
   int rank_;
   std::vector<int> global_ranks_;
+  std::vector<BackendChoice> backends_;
 };
 
 }  // namespace ddp::detail

@@ -8,6 +8,7 @@
 
 #include "ddp/error.h"
 #include "net/socket.h"
+#include "util/error_kind.h"
 #include "util/strings.h"
 
 namespace ddp::detail {
@@ -17,23 +18,37 @@ using Clock = std::chrono::steady_clock;
 
 std::string identity() { return cat("pid ", ::getpid(), " on ", local_hostname()); }
 
+// A join error as the store keeps it: "<ErrorKind>:<message>", so that every rank throws the
+// same kind (a conflict is a MismatchError; a rank that cannot take part says why, as its kind).
+std::string encode(ErrorKind kind, const std::string& message) { return cat(static_cast<int>(kind), ":", message); }
+
 // Before failing, wait (briefly) until every rank that came has seen the error: the rank that
 // hosts the store must not take it down while the others are still looking.
-[[noreturn]] void leave_with(Store& store, const std::string& message) {
+// `everyone`: wait for all `size` ranks, not only those that came so far (a rank that cannot take
+// part may host the store, and the others may not have connected yet).
+void wait_until_seen(Store& store, int everyone = 0) noexcept {
   try {
     store.add("join_error_seen", 1);
     const auto until = Clock::now() + std::chrono::seconds(3);
-    while (store.add("join_error_seen", 0) < store.add("claims", 0) && Clock::now() < until) {
+    const auto target = [&] { return everyone > 0 ? everyone : store.add("claims", 0); };
+    while (store.add("join_error_seen", 0) < target() && Clock::now() < until) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   } catch (...) {
   }
-  throw MismatchError(message);
+}
+
+[[noreturn]] void leave_with(Store& store, const std::string& encoded) {
+  wait_until_seen(store);
+  const auto colon = encoded.find(':');
+  const auto kind = parse_int(encoded.substr(0, colon));
+  if (colon == std::string::npos || !kind) throw MismatchError(encoded);
+  throw_error(static_cast<ErrorKind>(*kind), encoded.substr(colon + 1));
 }
 
 // The first conflict found is the one every rank reports.
 [[noreturn]] void join_failed(Store& store, const std::string& message) {
-  leave_with(store, store.compare_set("join_error", "", message));
+  leave_with(store, store.compare_set("join_error", "", encode(ErrorKind::Mismatch, message)));
 }
 
 struct Missing {
@@ -68,8 +83,20 @@ Missing wait_for_ranks(Store& store, const std::string& prefix, int size, std::c
 
 }  // namespace
 
-void join_group(Store& store, const std::string& name, int rank, int size, std::chrono::milliseconds timeout) {
+void join_group(Store& store, const std::string& name, int rank, int size, std::chrono::milliseconds timeout,
+                const std::exception_ptr& unusable) {
   const std::string me = identity();
+  if (unusable) {  // the others hear why at once instead of waiting for this rank until their timeout
+    const ErrorInfo why = classify(unusable);
+    try {
+      store.compare_set("join_error", "",
+                        encode(why.kind, cat("rank ", rank, " (", me, ") cannot take part in group '", name, "': ",
+                                             why.message)));
+    } catch (...) {
+    }
+    wait_until_seen(store, size);
+    std::rethrow_exception(unusable);
+  }
   store.add("claims", 1);
   const std::string owner = store.compare_set(cat("rank/", rank, "/owner"), "", me);
   if (owner != me) {

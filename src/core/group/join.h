@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <exception>
 #include <string>
 
 #include "ddp/store.h"
@@ -13,8 +14,11 @@ namespace ddp::detail {
 // Blocks until all `size` ranks of group `name` joined. Throws MismatchError when two processes
 // claim one rank or the ranks disagree on the size (every waiting rank fails with the first
 // conflict found, which is recorded under "join_error"), and TimeoutError naming the ranks that
-// did not join within `timeout`.
-void join_group(Store& store, const std::string& name, int rank, int size, std::chrono::milliseconds timeout);
+// did not join within `timeout`. `unusable`: this rank cannot take part (its backend refused the
+// machine, e.g. a GPU that LOCAL_RANK names but the process cannot see): it is recorded as the
+// join error, which the others throw at once naming this rank, and rethrown here.
+void join_group(Store& store, const std::string& name, int rank, int size, std::chrono::milliseconds timeout,
+                const std::exception_ptr& unusable = nullptr);
 
 // After the backend has connected: blocks until every rank's has (key connected/<r>), so that no
 // rank returns from creating the group, and may destroy it at once, while a slower peer is still

@@ -11,6 +11,7 @@
 #include "ddp/tcp_store.h"
 #include "init/init_method.h"
 #include "init/launch_env.h"
+#include "group/backend_set.h"
 #include "nccl/nccl_backend.h"
 #include "util/log.h"
 #include "util/error_kind.h"
@@ -119,9 +120,9 @@ void init_process_group(const std::string& backend_name, InitOptions options) {
       throw InvalidArgument(cat("RANK ", rank, " is outside the world of ", world_size, " processes: ranks go from 0 to ",
                                 world_size - 1, ". Check RANK and WORLD_SIZE (or InitOptions)."));
     }
-    std::string backend = backend_name;
-    if (backend.empty()) backend = detail::cuda_available() ? "nccl" : "gloo";
-    if (backend == "nccl") detail::check_nccl_usable();
+    // "" as in PyTorch 2.x: gloo for CPU tensors, and NCCL for CUDA ones where CUDA is usable.
+    const std::string backend = backend_name.empty() ? detail::default_backend_spec(detail::cuda_available()) : backend_name;
+    detail::parse_backend_spec(backend);  // a malformed spec fails before any waiting
 
     std::shared_ptr<Store> store = options.store;
     std::string master_addr = env.master_addr;

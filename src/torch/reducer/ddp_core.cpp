@@ -14,6 +14,7 @@
 #include "ddp/distributed.h"
 #include "ddp/error.h"
 #include "ddp/torch/checkpoint.h"
+#include "ddp/torch/collectives.h"
 #include "ddp/torch/distributed_data_parallel.h"
 #include "net/socket.h"
 #include "reducer/model_sync.h"
@@ -156,9 +157,12 @@ class DDPCore::Impl {
     const std::string host = local_hostname();
     std::strncpy(wire.host, host.c_str(), sizeof wire.host - 1);
     std::vector<Wire> all(static_cast<std::size_t>(group_->size()));
-    group_->all_gather(Buffer{&wire, sizeof wire, DataType::UInt8},
-                       Buffer{all.data(), sizeof(Wire) * all.size(), DataType::UInt8}, Launch::OnWait)
-        ->wait();
+    // Through tensors on the group's collective device: nccl alone takes no host memory.
+    const at::Tensor in =
+        at::from_blob(&wire, {static_cast<std::int64_t>(sizeof wire)}, at::kByte).to(collective_device(group_));
+    at::Tensor out = at::empty({static_cast<std::int64_t>(sizeof(Wire) * all.size())}, in.options());
+    all_gather_into_tensor(out, in, group_);
+    std::memcpy(all.data(), out.cpu().data_ptr(), sizeof(Wire) * all.size());
     std::vector<RankStepTimes> ranks;
     for (std::size_t r = 0; r < all.size(); ++r) {
       const Wire& w = all[r];

@@ -65,19 +65,24 @@ std::string serialize(const Optimizer& optimizer) {
 std::vector<std::string> gather_bytes(const std::string& mine, int to, const std::shared_ptr<ProcessGroup>& group) {
   if (!group || group->size() == 1) return {mine};
   const int world = group->size();
-  auto lengths = torch::empty({world}, torch::kLong);
-  ddp::all_gather_into_tensor(lengths, torch::tensor({static_cast<std::int64_t>(mine.size())}, torch::kLong), group);
+  const auto device = collective_device(group);  // nccl alone takes no host memory
+  auto lengths = torch::empty({world}, torch::dtype(torch::kLong).device(device));
+  ddp::all_gather_into_tensor(lengths, torch::tensor({static_cast<std::int64_t>(mine.size())}, torch::kLong).to(device),
+                              group);
+  lengths = lengths.cpu();
   const std::int64_t longest = lengths.max().item<std::int64_t>();
   auto padded = torch::zeros({longest}, torch::kUInt8);
   std::memcpy(padded.data_ptr(), mine.data(), mine.size());
+  padded = padded.to(device);
   std::vector<at::Tensor> received;
   if (group->rank() == to) {
-    for (int r = 0; r < world; ++r) received.push_back(torch::empty({longest}, torch::kUInt8));
+    for (int r = 0; r < world; ++r) received.push_back(torch::empty({longest}, padded.options()));
   }
   ddp::gather(padded, received, to, group);
   std::vector<std::string> out;
   for (int r = 0; r < static_cast<int>(received.size()); ++r) {
-    out.emplace_back(static_cast<const char*>(received[r].data_ptr()), static_cast<std::size_t>(lengths[r].item<std::int64_t>()));
+    const at::Tensor bytes = received[r].cpu();
+    out.emplace_back(static_cast<const char*>(bytes.data_ptr()), static_cast<std::size_t>(lengths[r].item<std::int64_t>()));
   }
   return out;
 }

@@ -113,6 +113,7 @@ TEST(NcclBuild, CudaBuffersOnGlooAreRefusedBeforeAnythingStarts) {
     } catch (const InvalidArgument& e) {
       EXPECT_TRUE(has(e.what(), "gloo backend cannot use buffers on cuda:0")) << e.what();
       EXPECT_TRUE(has(e.what(), "nccl backend takes CUDA buffers")) << e.what();
+      EXPECT_TRUE(has(e.what(), "init_process_group(\"cpu:gloo,cuda:nccl\")")) << e.what();
     }
     barrier();  // the group is still usable
     destroy_process_group();

@@ -171,9 +171,10 @@ TEST(NcclFailures, TwoRanksOnOneGpuAreToldWhy) {
       expect_error<InvalidArgument>([] { init_process_group("nccl", {.timeout = 8s}); },
                                     {"LOCAL_RANK is 1 but this process sees 1 CUDA device", "one GPU per process",
                                      "gloo backend, which can run several ranks on one GPU"});
-    } else {
-      expect_error<TimeoutError>([] { init_process_group("nccl", {.timeout = 8s}); },
-                                 {"init_process_group", "was not set up within the timeout"});
+    } else {  // told at once why rank 1 is not coming
+      expect_error<InvalidArgument>([] { init_process_group("nccl", {.timeout = 8s}); },
+                                    {"init_process_group", "rank 1 (pid ", "cannot take part in group 'world'",
+                                     "LOCAL_RANK is 1 but this process sees 1 CUDA device", "one GPU per process"});
     }
     EXPECT_FALSE(is_initialized());
   }, {.deadline = 60s, .env = {{"CUDA_VISIBLE_DEVICES", "0"}}});
