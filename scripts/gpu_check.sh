@@ -1,21 +1,61 @@
 #!/usr/bin/env bash
 # The one-shot GPU check (docs/NCCL.md). On a machine with NVIDIA GPUs and a Python with PyTorch:
-#   1. builds ddp in build-gpu against that PyTorch's LibTorch (CUDA tensors on) and the CUDA
-#      toolkit's NCCL (or PyTorch's own NCCL, when it ships one),
-#   2. runs the GPU tests (`ctest -L gpu`: the nccl backend, tensor collectives and DDP on CUDA,
-#      several ranks on one GPU through gloo; the multi-GPU tests run when there are 2+ GPUs),
-#   3. times a DDP training step (ResNet-50, batch 32) at world size 1 with and without DDP,
+#   1. builds ddp in build-gpu against that PyTorch's LibTorch (CUDA tensors on, ddp's private
+#      Gloo) and PyTorch's NCCL, with what a bundle made here carries (below),
+#   2. runs the GPU tests (`ctest -L gpu`: the nccl backend, tensor collectives, DDP and
+#      SyncBatchNorm on CUDA, device-keyed groups, several ranks on one GPU through gloo; the
+#      multi-GPU tests run when there are 2+ GPUs),
+#   3. trains the main job for 3 epochs on the GPUs under ddprun (--nproc_per_node=gpu, the default
+#      backend cpu:gloo,cuda:nccl), beside its PyTorch twin (bench/torch_fashion_mnist.py),
+#   4. times a DDP training step (ResNet-50, batch 32) at world size 1 with and without DDP,
 #      beside PyTorch's own DDP on the same GPU,
-# and prints a short table last. It needs no network, finishes within 8 minutes on one GPU
-# (every phase is time-boxed against one deadline), and writes everything it prints to a log
-# (and, when $OUT is set, copies the log and the test output there).
+# and prints one table last. It needs no network, finishes within 8 minutes on one GPU (every
+# phase is time-boxed against one deadline), and writes everything it prints to a log (and, when
+# $OUT is set, copies the log and the test output there).
 #
-#   scripts/gpu_check.sh                 # PYTHON=/path/to/python3 to pick the Python with torch
-#   GPU_CHECK_BUDGET=420 scripts/gpu_check.sh
+#   scripts/gpu_check.sh --bundle DIR    # here: gather what a bare GPU machine lacks into DIR (<= 48 MiB)
+#   scripts/gpu_check.sh                 # there: finds the bundle in ./gpu-bundle (or $GPU_BUNDLE)
+#   PYTHON=/path/to/python3 GPU_CHECK_BUDGET=420 scripts/gpu_check.sh
+#   GPU_CHECK_REHEARSAL=1 scripts/gpu_check.sh   # without a GPU: every phase up to the first that needs one
+#
+# A bare GPU machine (Ubuntu 24.04 with a CUDA PyTorch in its python3, the CUDA toolkit, CMake and
+# ninja) lacks GoogleTest, libzip's headers, the data set and Gloo's source: the bundle carries
+# them (Debian's googletest source, libzip's headers and library, zlib's headers, Fashion-MNIST's
+# four files, Gloo's source from scripts/private_gloo.sh).
 #
 # Exit status: 0 all good; 1 a phase failed (the table says which); 2 no GPU or nothing to build with.
 set -u -o pipefail
 cd "$(dirname "$0")/.." || exit 2
+
+# ---- --bundle DIR: run on a machine with ddp's set-up (Debian 12), before the GPU machine
+if [ "${1:-}" = --bundle ]; then
+  dir="${2:?--bundle needs a folder}"
+  set -e
+  scripts/install_packages.sh googletest libzip-dev zlib1g-dev dataset-fashion-mnist xz-utils
+  gloo="$(scripts/private_gloo.sh | tail -n 1)"
+  rm -rf "$dir"
+  mkdir -p "$dir/libzip/include" "$dir/libzip/lib" "$dir/zlib/include" "$dir/fashion-mnist"
+  cp -r "$gloo" "$dir/gloo"
+  cp -r /usr/src/googletest "$dir/googletest"
+  cp /usr/include/zip.h /usr/include/zipconf.h "$dir/libzip/include/"
+  cp -P /usr/lib/x86_64-linux-gnu/libzip.so* "$dir/libzip/lib/"
+  cp /usr/include/zlib.h /usr/include/zconf.h "$dir/zlib/include/"
+  cp /usr/share/datasets/fashion-mnist/*.gz "$dir/fashion-mnist/"
+  {
+    echo "ddp GPU bundle, made $(date -u '+%Y-%m-%d %H:%M UTC') on $(. /etc/os-release && echo "$PRETTY_NAME")"
+    echo "gloo: $(basename "$gloo") (Debian's source package); googletest: Debian's $(dpkg-query -W -f='${Version}' googletest)"
+    echo "libzip: Debian's $(dpkg-query -W -f='${Version}' libzip-dev); fashion-mnist: Debian's dataset-fashion-mnist"
+  } >"$dir/MANIFEST"
+  size=$(du -sm "$dir" | cut -f1)
+  ((size <= 48)) || { echo "gpu_check: the bundle is $size MiB, over 48 MiB" >&2; exit 1; }
+  echo "gpu_check: bundle in $dir, $size MiB: $(ls "$dir" | tr '\n' ' ')"
+  exit 0
+fi
+REHEARSAL=${GPU_CHECK_REHEARSAL:-0}
+GEN=(-G Ninja)
+command -v ninja >/dev/null 2>&1 || GEN=()
+BUNDLE=${GPU_BUNDLE:-gpu-bundle}
+[ -d "$BUNDLE" ] || BUNDLE=""
 BUILD=${GPU_CHECK_BUILD:-build-gpu}
 BUDGET=${GPU_CHECK_BUDGET:-450}  # seconds for everything
 START=$(date +%s)
@@ -51,7 +91,8 @@ finish() {
   if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then
     sleep 0.5  # let tee write the log's last lines
     cp -f "$LOG" "$table" "$OUT/" 2>/dev/null
-    for f in ctest-gpu.log configure.log build.log bench.log; do
+    for f in ctest-gpu.log configure.log build.log bench.log main-job-plain.log main-job-amp.log main-job-resume.log \
+      twin-plain.log twin-amp.log; do
       [ -f "$BUILD/$f" ] && tail -c 2000000 "$BUILD/$f" >"$OUT/$f"
     done
   fi
@@ -60,25 +101,35 @@ finish() {
 
 # ---- 0. the machine
 say "machine"
-if ! command -v nvidia-smi >/dev/null 2>&1; then
+if [ "$REHEARSAL" = 1 ] && ! command -v nvidia-smi >/dev/null 2>&1; then
+  echo "gpu_check: rehearsal without a GPU: every phase up to the first that needs one"
+  row "GPUs" "none (rehearsal)"
+  GPUS=0 GPU_NAME=none DRIVER=none DRIVER_CUDA=""
+elif ! command -v nvidia-smi >/dev/null 2>&1; then
   echo "gpu_check: no GPU: nvidia-smi is not installed, so this machine has no NVIDIA driver. Run this script on a GPU machine."
   row "GPU" "none (no nvidia-smi)"
   STATUS=2
   finish
 fi
-GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
-if [ "${GPUS:-0}" -eq 0 ]; then
+[ "$REHEARSAL" = 1 ] && [ "${GPUS:-}" = 0 ] || GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
+if [ "$REHEARSAL" != 1 ] && [ "${GPUS:-0}" -eq 0 ]; then
   echo "gpu_check: no GPU: nvidia-smi lists no device ($(nvidia-smi -L 2>&1 | head -1))."
   row "GPU" "none (nvidia-smi lists no device)"
   STATUS=2
   finish
 fi
-GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-DRIVER_CUDA=$(nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9][0-9.]*\).*/\1/p' | head -1)
-DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)
-nvidia-smi -L
-echo "driver $DRIVER (CUDA $DRIVER_CUDA), $(nproc) CPU cores"
-row "GPUs" "$GPUS x $GPU_NAME, driver $DRIVER (CUDA $DRIVER_CUDA)"
+if [ "$GPUS" -gt 0 ]; then
+  GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+  DRIVER_CUDA=$(nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9][0-9.]*\).*/\1/p' | head -1)
+  DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)
+  nvidia-smi -L
+  echo "driver $DRIVER (CUDA $DRIVER_CUDA), $(nproc) CPU cores"
+  row "GPUs" "$GPUS x $GPU_NAME, driver $DRIVER (CUDA $DRIVER_CUDA)"
+fi
+if [ -n "$BUNDLE" ]; then
+  echo "bundle: $BUNDLE ($(head -n 1 "$BUNDLE/MANIFEST" 2>/dev/null))"
+  row "bundle" "$BUNDLE, $(du -sm "$BUNDLE" | cut -f1) MiB"
+fi
 
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 NVCC="$CUDA_HOME/bin/nvcc"
@@ -127,8 +178,8 @@ EOF
   row "PyTorch" "$TORCH_VERSION (CUDA $TORCH_CUDA), $PY"
   TORCH_OK=1
   if [ "$TORCH_ABI" != "1" ]; then
-    echo "gpu_check: this PyTorch uses the pre-C++11 std::string ABI; ddp links the system's gloo and GoogleTest, which use the"
-    echo "  C++11 ABI, so the LibTorch front cannot be built against it. Only the core's GPU tests will run."
+    echo "gpu_check: this PyTorch uses the pre-C++11 std::string ABI; ddp's other C++ dependencies (GoogleTest, libzip's"
+    echo "  users) use the C++11 ABI, so the LibTorch front cannot be built against it. Only the core's GPU tests will run."
     TORCH_OK=0
     row "LibTorch front" "skipped: PyTorch $TORCH_VERSION uses the old C++ ABI"
   fi
@@ -141,7 +192,29 @@ fi
 # NCCL: PyTorch's own when it ships one (then the process has one NCCL, the one PyTorch was
 # tested with), else the toolkit's. The CUDA runtime: the toolkit's, unless the driver is too
 # old for it and PyTorch ships one it supports.
-CMAKE_ARGS=(-DCMAKE_BUILD_TYPE=Release -DDDP_WITH_NCCL=ON -DDDP_BUILD_EXAMPLES=OFF "-DCUDAToolkit_ROOT=$CUDA_HOME")
+CMAKE_ARGS=(-DCMAKE_BUILD_TYPE=Release -DDDP_WITH_NCCL=ON -DDDP_BUILD_EXAMPLES=ON "-DCUDAToolkit_ROOT=$CUDA_HOME")
+PREFIXES=""
+DATA_DIR=/usr/share/datasets/fashion-mnist
+if [ -n "$BUNDLE" ]; then
+  # What a bare machine lacks, from the bundle: GoogleTest built once into the build folder,
+  # Gloo's source (ddp's private Gloo), libzip, zlib's headers where the system has none, the data.
+  GTEST_PREFIX="$PWD/$BUILD/bundle-googletest"
+  if ! ls "$GTEST_PREFIX"/lib*/cmake/GTest/GTestConfig.cmake >/dev/null 2>&1; then
+    say "GoogleTest from the bundle"
+    { cmake -S "$BUNDLE/googletest" -B "$BUILD/bundle-googletest-build" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release \
+        -DCMAKE_POSITION_INDEPENDENT_CODE=ON "-DCMAKE_INSTALL_PREFIX=$GTEST_PREFIX" &&
+      cmake --build "$BUILD/bundle-googletest-build" -j "$(nproc)" && cmake --install "$BUILD/bundle-googletest-build"; } \
+      >"$BUILD/googletest.log" 2>&1 || { tail -20 "$BUILD/googletest.log"; row "GoogleTest" "FAILED to build from the bundle"; STATUS=1; }
+  fi
+  PREFIXES=";$GTEST_PREFIX"
+  CMAKE_ARGS+=("-DDDP_GLOO_SOURCE_DIR=$PWD/$BUNDLE/gloo" "-DDDP_LIBZIP_INCLUDE=$PWD/$BUNDLE/libzip/include"
+    "-DDDP_LIBZIP_LIBRARY=$PWD/$BUNDLE/libzip/lib/libzip.so")
+  if [ ! -f /usr/include/zlib.h ]; then
+    CMAKE_ARGS+=("-DZLIB_INCLUDE_DIR=$PWD/$BUNDLE/zlib/include"
+      "-DZLIB_LIBRARY=$(ls /lib/x86_64-linux-gnu/libz.so.1 /usr/lib/x86_64-linux-gnu/libz.so.1 2>/dev/null | head -n 1)")
+  fi
+  DATA_DIR="$PWD/$BUNDLE/fashion-mnist"
+fi
 [ -x "$NVCC" ] && CMAKE_ARGS+=("-DCMAKE_CUDA_COMPILER=$NVCC")
 if [ -n "${WHEEL_NCCL_H:-}" ] && [ -n "${WHEEL_NCCL_LIB:-}" ]; then
   CMAKE_ARGS+=("-DNCCL_INCLUDE_DIR=$(dirname "$WHEEL_NCCL_H")" "-DNCCL_LIBRARY=$WHEEL_NCCL_LIB")
@@ -159,19 +232,18 @@ if [ -n "$TOOLKIT" ] && [ -n "$DRIVER_CUDA" ] && [ "$(major "$DRIVER_CUDA")" -lt
   fi
 fi
 # LibTorch's CMake files enable CUDA and look for the toolkit themselves.
-export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1)}
+TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1)}
+export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}  # rehearsal: no GPU to ask
 export CUDACXX=${CUDACXX:-$NVCC} CUDA_HOME PATH="$CUDA_HOME/bin:$PATH"
 CMAKE_ARGS+=("-DCUDA_TOOLKIT_ROOT_DIR=$CUDA_HOME")
 
 # ---- 2. configure and build
-GEN=(-G Ninja)
-command -v ninja >/dev/null 2>&1 || GEN=()
 configure() {  # $1: with torch (1/0)
   local args=("${CMAKE_ARGS[@]}")
   if [ "$1" = 1 ]; then
-    args+=(-DDDP_BUILD_TORCH=ON "-DCMAKE_PREFIX_PATH=$TORCH_PREFIX")
+    args+=(-DDDP_BUILD_TORCH=ON "-DCMAKE_PREFIX_PATH=$TORCH_PREFIX$PREFIXES")
   else
-    args+=(-DDDP_BUILD_TORCH=OFF -DDDP_BUILD_BENCH=OFF)
+    args+=(-DDDP_BUILD_TORCH=OFF -DDDP_BUILD_BENCH=OFF "-DCMAKE_PREFIX_PATH=${PREFIXES#;}")
   fi
   rm -f "$BUILD/CMakeCache.txt"
   timeout "$(slot 150 240)" cmake -S . -B "$BUILD" "${GEN[@]}" "${args[@]}" >"$BUILD/configure.log" 2>&1
@@ -200,7 +272,7 @@ fi
 TARGETS=(ddp_gpu_tests)
 if [ "$WITH_TORCH" = 1 ]; then
   if grep -q "CUDA tensors on" "$BUILD/configure.log"; then
-    TARGETS+=(ddp_torch_gpu_tests ddp_step_bench)
+    TARGETS+=(ddp_torch_gpu_tests ddp_step_bench ddprun train_fashion_mnist)
   else
     echo "gpu_check: PyTorch's LibTorch was found but without CUDA targets; no LibTorch GPU tests."
     row "LibTorch front" "no CUDA in LibTorch: torch GPU tests skipped"
@@ -216,10 +288,16 @@ if ! timeout "$(slot 330 150)" cmake --build "$BUILD" -j "$(nproc)" --target "${
   # Test whatever did build.
 fi
 BUILT=""
-for f in tests/ddp_gpu_tests tests/torch/ddp_torch_gpu_tests bench/ddp_step_bench; do
+for f in tests/ddp_gpu_tests tests/torch/ddp_torch_gpu_tests bench/ddp_step_bench src/launcher/ddprun \
+  examples/train_fashion_mnist; do
   [ -x "$BUILD/$f" ] && BUILT+="$(basename "$f") "
 done
 row "built" "${BUILT:-nothing}"
+
+if [ "$REHEARSAL" = 1 ] && [ "$GPUS" = 0 ]; then  # what follows needs a GPU
+  row "rehearsal" "built; the GPU tests, the main job and the benchmark need a GPU"
+  finish
+fi
 
 # ---- 3. GPU tests
 say "GPU tests (ctest -L gpu; $GPUS GPU(s): multi-GPU tests $([ "$GPUS" -gt 1 ] && echo run || echo skip))"
@@ -248,7 +326,54 @@ else
   fi
 fi
 
-# ---- 4. the DDP step at world size 1, with and without DDP
+# ---- 4. the main job on the GPUs under ddprun (the default backend, cpu:gloo,cuda:nccl), beside its
+# PyTorch twin: 3 epochs, 3 epochs with --amp (float16, GradScaler), and a run stopped after 300
+# steps and resumed from its checkpoint.
+DDPRUN="$BUILD/src/launcher/ddprun"
+TRAIN="$BUILD/examples/train_fashion_mnist"
+job_seconds() { sed -n 's/.*(\([0-9.]*\) s of training).*/\1/p' "$1" | tail -n 1; }
+job_accuracy() { sed -n 's/^.*done: test accuracy \([0-9.]*\)%.*/\1/p' "$1" | tail -n 1; }
+if [ -x "$DDPRUN" ] && [ -x "$TRAIN" ] && [ "$(left)" -gt 120 ]; then
+  say "the main job: 3 epochs on $GPUS GPU(s) under ddprun, beside its PyTorch twin"
+  for variant in plain amp; do
+    flags=()
+    [ "$variant" = amp ] && flags=(--amp)
+    log="$BUILD/main-job-$variant.log"
+    rm -rf "$BUILD/main-job-$variant"
+    timeout "$(slot 90 60)" "$DDPRUN" --standalone --nproc_per_node=gpu "$TRAIN" --data-dir "$DATA_DIR" \
+      --checkpoint-dir "$BUILD/main-job-$variant" "${flags[@]}" >"$log" 2>&1
+    rc=$?
+    if [ "$rc" -eq 0 ] && [ -f "$BUILD/main-job-$variant/model.pt" ]; then
+      row "main job${flags:+ ${flags[*]}}" "$(job_accuracy "$log")% after 3 epochs, $(job_seconds "$log") s of training"
+    else
+      STATUS=1
+      row "main job${flags:+ ${flags[*]}}" "FAILED (exit $rc): $(grep -m1 -E "error|Error" "$log" | cut -c1-120)"
+    fi
+    if [ -n "$PY" ] && [ "$(left)" -gt 60 ]; then
+      twin="$BUILD/twin-$variant.log"
+      timeout "$(slot 90 40)" "$DDPRUN" --standalone --nproc_per_node=gpu "$PY" bench/torch_fashion_mnist.py \
+        --data-dir "$DATA_DIR" "${flags[@]}" >"$twin" 2>&1
+      line=$(grep -o "total_seconds [0-9.]* test_accuracy [0-9.]*" "$twin" | tail -n 1)
+      row "PyTorch twin${flags:+ ${flags[*]}}" "${line:-FAILED: $(tail -n 1 "$twin" | cut -c1-100)}"
+    fi
+  done
+  if [ "$(left)" -gt 60 ]; then  # stop after 300 steps, then resume: the same accuracy as an uninterrupted run's
+    log="$BUILD/main-job-resume.log"
+    rm -rf "$BUILD/main-job-resume"
+    timeout "$(slot 60 30)" "$DDPRUN" --standalone --nproc_per_node=gpu "$TRAIN" --data-dir "$DATA_DIR" \
+      --checkpoint-dir "$BUILD/main-job-resume" --epochs 1 --stop-after 300 >"$log" 2>&1 &&
+      timeout "$(slot 60 30)" "$DDPRUN" --standalone --nproc_per_node=gpu "$TRAIN" --data-dir "$DATA_DIR" \
+        --checkpoint-dir "$BUILD/main-job-resume" --epochs 1 >>"$log" 2>&1
+    rc=$?
+    resumed=$(grep -m1 -o "resumed from .*" "$log" | cut -c1-80)
+    if [ "$rc" -eq 0 ] && [ -n "$resumed" ]; then row "stopped and resumed" "$resumed; $(job_accuracy "$log")% after 1 epoch"
+    else STATUS=1; row "stopped and resumed" "FAILED (exit $rc; see $log)"; fi
+  fi
+else
+  row "main job" "skipped ($([ -x "$TRAIN" ] && echo "out of time" || echo "train_fashion_mnist not built"))"
+fi
+
+# ---- 5. the DDP step at world size 1, with and without DDP
 BENCH="$BUILD/bench/ddp_step_bench"
 if [ -x "$BENCH" ] && [ "$(left)" -gt 60 ]; then
   say "DDP step benchmark (ResNet-50, batch 32, world size 1, GPU 0)"

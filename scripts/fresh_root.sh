@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# The README's commands on a fresh Debian 12, as a new user runs them: makes a minimal Debian 12
+# root with debootstrap (nothing but the base), clones this checkout's HEAD into its /root/ddp, and
+# runs the commands there as root in a bare environment (env -i: no LANG), with a hostname that
+# does not resolve and no /etc/hosts, printing how long each took. The machine's CUDA toolkit
+# (/usr/local/cuda, as CI's machine has it) is mounted read-only for the LibTorch 2.x stages.
+#   scripts/fresh_root.sh [DIR] [COMMAND...]
+# DIR (default ${DDP_CACHE:-~/.cache/ddp}/fresh-root) is made anew each run; COMMAND (default
+# "scripts/quickstart.sh && scripts/test.sh") runs in the clone. Needs root (debootstrap, chroot,
+# mounts); its log is DIR.log. For other rehearsals (scripts/gpu_rehearsal.sh):
+#   FRESH_ROOT_PACKAGES="cmake g++"  Debian packages installed in the root before the command
+#   FRESH_ROOT_MOUNTS="/a /b"        folders of this machine mounted read-only at the same paths
+#   FRESH_ROOT_COPY="gpu-bundle"     files or folders of the checkout copied into the clone (ignored ones)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ "$(id -u)" -eq 0 ] || { echo "fresh_root: needs root (debootstrap, chroot and mounts)" >&2; exit 2; }
+cache="${DDP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ddp}"
+root="${1:-$cache/fresh-root}"
+shift || true
+command="${*:-scripts/quickstart.sh && scripts/test.sh}"
+log="$root.log"
+repo="$(pwd)"
+
+scripts/install_packages.sh debootstrap util-linux git
+mkdir -p "$(dirname "$root")"
+exec > >(tee "$log") 2>&1
+
+echo "fresh_root: a minimal Debian 12 (bookworm) in $root"
+if mountpoint -q "$root/proc" 2>/dev/null; then
+  echo "fresh_root: $root has mounts of an earlier run still in place: unmount them first" >&2
+  exit 2
+fi
+rm -rf "$root"
+start=$SECONDS
+debootstrap --variant=minbase bookworm "$root" http://deb.debian.org/debian >"$root.debootstrap.log" 2>&1 || {
+  tail -n 20 "$root.debootstrap.log"
+  echo "fresh_root: debootstrap failed (above; the whole log is $root.debootstrap.log)" >&2
+  exit 1
+}
+echo "fresh_root: debootstrap took $((SECONDS - start)) s"
+# What a fresh machine has that a chroot does not: name servers. No /etc/hosts, as debootstrap leaves it.
+cp /etc/resolv.conf "$root/etc/resolv.conf"
+rm -f "$root/etc/hosts"
+git clone -q "$repo" "$root/root/ddp"
+for item in ${FRESH_ROOT_COPY:-}; do cp -r "$repo/$item" "$root/root/ddp/$item"; done
+if [ -n "${FRESH_ROOT_PACKAGES:-}" ]; then
+  chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive \
+    sh -c "apt-get -q update && apt-get -q install -y --no-install-recommends $FRESH_ROOT_PACKAGES" >"$root.packages.log" 2>&1 || {
+    tail -n 20 "$root.packages.log"
+    echo "fresh_root: installing $FRESH_ROOT_PACKAGES failed (above)" >&2
+    exit 1
+  }
+fi
+
+# In a mount namespace of its own (the mounts go when it ends) and a UTS namespace whose hostname
+# resolves nowhere: /proc, /sys, /dev with /dev/shm, /run (network namespaces), the CUDA toolkit.
+inner=$(cat <<INNER
+set -e
+mount -t proc proc "$root/proc"
+mount -t sysfs sys "$root/sys"
+mount --rbind /dev "$root/dev"
+mount -t tmpfs tmpfs "$root/dev/shm"
+mount -t tmpfs tmpfs "$root/run"
+if [ -d /usr/local/cuda ]; then
+  mkdir -p "$root/usr/local/cuda"
+  mount --rbind /usr/local/cuda "$root/usr/local/cuda"
+  mount -o remount,bind,ro "$root/usr/local/cuda"
+fi
+for dir in ${FRESH_ROOT_MOUNTS:-}; do
+  mkdir -p "$root\$dir"
+  mount --rbind "\$dir" "$root\$dir"
+  mount -o remount,bind,ro "$root\$dir"
+done
+hostname fresh-root-unresolvable
+exec chroot "$root" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
+  /bin/bash -c 'cd /root/ddp && start=\$SECONDS && ($command); status=\$?; echo "fresh_root: the commands took \$(((SECONDS - start) / 60)) min \$(((SECONDS - start) % 60)) s, exit status \$status"; exit \$status'
+INNER
+)
+status=0
+unshare --mount --uts --propagation private bash -c "$inner" || status=$?
+echo "fresh_root: exit status $status; the log is $log"
+exit "$status"
