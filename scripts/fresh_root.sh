@@ -52,6 +52,7 @@ if [ -n "${FRESH_ROOT_PACKAGES:-}" ]; then
   }
 fi
 
+cuda="$(readlink -f /usr/local/cuda 2>/dev/null || true)"
 # In a mount namespace of its own (the mounts go when it ends) and a UTS namespace whose hostname
 # resolves nowhere: /proc, /sys, /dev with /dev/shm, /run (network namespaces), the CUDA toolkit.
 inner=$(cat <<INNER
@@ -61,10 +62,11 @@ mount -t sysfs sys "$root/sys"
 mount --rbind /dev "$root/dev"
 mount -t tmpfs tmpfs "$root/dev/shm"
 mount -t tmpfs tmpfs "$root/run"
-if [ -d /usr/local/cuda ]; then
-  mkdir -p "$root/usr/local/cuda"
-  mount --rbind /usr/local/cuda "$root/usr/local/cuda"
-  mount -o remount,bind,ro "$root/usr/local/cuda"
+if [ -d "$cuda" ]; then  # at its real path, behind the same link as here (its own links point there)
+  mkdir -p "$root$cuda"
+  mount --rbind "$cuda" "$root$cuda"
+  mount -o remount,bind,ro "$root$cuda"
+  [ "$cuda" = /usr/local/cuda ] || ln -sfn "$cuda" "$root/usr/local/cuda"
 fi
 for dir in ${FRESH_ROOT_MOUNTS:-}; do
   mkdir -p "$root\$dir"
