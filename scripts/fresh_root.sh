@@ -38,9 +38,16 @@ debootstrap --variant=minbase bookworm "$root" http://deb.debian.org/debian >"$r
   exit 1
 }
 echo "fresh_root: debootstrap took $((SECONDS - start)) s"
-# What a fresh machine has that a chroot does not: name servers. No /etc/hosts, as debootstrap leaves it.
+# What a fresh machine on this network has that a chroot does not: name servers, and the local
+# certificate authorities its TLS proxy needs (the root's ca-certificates adds them to its store
+# when it is installed) with pip's setting to trust that store. No /etc/hosts, as debootstrap leaves it.
 cp /etc/resolv.conf "$root/etc/resolv.conf"
 rm -f "$root/etc/hosts"
+if ls /usr/local/share/ca-certificates/*.crt >/dev/null 2>&1; then
+  mkdir -p "$root/usr/local/share/ca-certificates"
+  cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
+fi
+[ -f /etc/pip.conf ] && cp /etc/pip.conf "$root/etc/pip.conf"
 git clone -q "$repo" "$root/root/ddp"
 for item in ${FRESH_ROOT_COPY:-}; do cp -r "$repo/$item" "$root/root/ddp/$item"; done
 if [ -n "${FRESH_ROOT_PACKAGES:-}" ]; then

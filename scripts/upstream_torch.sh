@@ -30,6 +30,7 @@ if ! ready; then
     scripts/install_packages.sh python3-venv
     maker=/usr/bin/python3
   fi
+  scripts/install_packages.sh ca-certificates  # the system's trust store, for machines whose pip is set to use it
   echo "upstream_torch: installing torch==$version from PyPI into $venv (about 3 GB, once; reused after)"
   rm -rf "$venv.partial"
   "$maker" -m venv "$venv.partial"
