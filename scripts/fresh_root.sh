@@ -11,6 +11,9 @@
 #   FRESH_ROOT_PACKAGES="cmake g++"  Debian packages installed in the root before the command
 #   FRESH_ROOT_MOUNTS="/a /b"        folders of this machine mounted read-only at the same paths
 #   FRESH_ROOT_COPY="gpu-bundle"     files or folders of the checkout copied into the clone (ignored ones)
+#   FRESH_ROOT_REUSE=1               keep an earlier run's root (its packages, caches and build folders)
+#                                    and only move its clone to this checkout's HEAD: a quicker
+#                                    second look after a fix, not a fresh machine's verdict
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" -eq 0 ] || { echo "fresh_root: needs root (debootstrap, chroot and mounts)" >&2; exit 2; }
@@ -30,33 +33,40 @@ if mountpoint -q "$root/proc" 2>/dev/null; then
   echo "fresh_root: $root has mounts of an earlier run still in place: unmount them first" >&2
   exit 2
 fi
-rm -rf "$root"
-start=$SECONDS
-debootstrap --variant=minbase bookworm "$root" http://deb.debian.org/debian >"$root.debootstrap.log" 2>&1 || {
-  tail -n 20 "$root.debootstrap.log"
-  echo "fresh_root: debootstrap failed (above; the whole log is $root.debootstrap.log)" >&2
-  exit 1
-}
-echo "fresh_root: debootstrap took $((SECONDS - start)) s"
-# What a fresh machine on this network has that a chroot does not: name servers, and the local
-# certificate authorities its TLS proxy needs (the root's ca-certificates adds them to its store
-# when it is installed) with pip's setting to trust that store. No /etc/hosts, as debootstrap leaves it.
-cp /etc/resolv.conf "$root/etc/resolv.conf"
-rm -f "$root/etc/hosts"
-if ls /usr/local/share/ca-certificates/*.crt >/dev/null 2>&1; then
-  mkdir -p "$root/usr/local/share/ca-certificates"
-  cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
-fi
-[ -f /etc/pip.conf ] && cp /etc/pip.conf "$root/etc/pip.conf"
-git clone -q "$repo" "$root/root/ddp"
-for item in ${FRESH_ROOT_COPY:-}; do cp -r "$repo/$item" "$root/root/ddp/$item"; done
-if [ -n "${FRESH_ROOT_PACKAGES:-}" ]; then
-  chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive \
-    sh -c "apt-get -q update && apt-get -q install -y --no-install-recommends $FRESH_ROOT_PACKAGES" >"$root.packages.log" 2>&1 || {
-    tail -n 20 "$root.packages.log"
-    echo "fresh_root: installing $FRESH_ROOT_PACKAGES failed (above)" >&2
+if [ "${FRESH_ROOT_REUSE:-0}" = 1 ] && [ -d "$root/root/ddp/.git" ]; then
+  echo "fresh_root: reusing $root (FRESH_ROOT_REUSE=1); its clone moves to $(git rev-parse --short HEAD)"
+  git -C "$root/root/ddp" fetch -q "$repo" HEAD
+  git -C "$root/root/ddp" checkout -q --detach FETCH_HEAD
+  for item in ${FRESH_ROOT_COPY:-}; do rm -rf "$root/root/ddp/$item"; cp -r "$repo/$item" "$root/root/ddp/$item"; done
+else
+  rm -rf "$root"
+  start=$SECONDS
+  debootstrap --variant=minbase bookworm "$root" http://deb.debian.org/debian >"$root.debootstrap.log" 2>&1 || {
+    tail -n 20 "$root.debootstrap.log"
+    echo "fresh_root: debootstrap failed (above; the whole log is $root.debootstrap.log)" >&2
     exit 1
   }
+  echo "fresh_root: debootstrap took $((SECONDS - start)) s"
+  # What a fresh machine on this network has that a chroot does not: name servers, and the local
+  # certificate authorities its TLS proxy needs (the root's ca-certificates adds them to its store
+  # when it is installed) with pip's setting to trust that store. No /etc/hosts, as debootstrap leaves it.
+  cp /etc/resolv.conf "$root/etc/resolv.conf"
+  rm -f "$root/etc/hosts"
+  if ls /usr/local/share/ca-certificates/*.crt >/dev/null 2>&1; then
+    mkdir -p "$root/usr/local/share/ca-certificates"
+    cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
+  fi
+  [ -f /etc/pip.conf ] && cp /etc/pip.conf "$root/etc/pip.conf"
+  git clone -q "$repo" "$root/root/ddp"
+  for item in ${FRESH_ROOT_COPY:-}; do cp -r "$repo/$item" "$root/root/ddp/$item"; done
+  if [ -n "${FRESH_ROOT_PACKAGES:-}" ]; then
+    chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive \
+      sh -c "apt-get -q update && apt-get -q install -y --no-install-recommends $FRESH_ROOT_PACKAGES" >"$root.packages.log" 2>&1 || {
+      tail -n 20 "$root.packages.log"
+      echo "fresh_root: installing $FRESH_ROOT_PACKAGES failed (above)" >&2
+      exit 1
+    }
+  fi
 fi
 
 cuda="$(readlink -f /usr/local/cuda 2>/dev/null || true)"
