@@ -75,6 +75,14 @@ Output:
                       Show only these local ranks' output on the console (log files get all).
   When ddprun's stdout is a terminal, local rank 0's stdout is one too (a progress bar shows).
 
+Accelerate (accelerate launch's flags, for programs using ddp::Accelerator):
+  --mixed_precision no|fp16|bf16
+                      Workers get ACCELERATE_MIXED_PRECISION.
+  --gradient_accumulation_steps N
+                      Workers get ACCELERATE_GRADIENT_ACCUMULATION_STEPS (N 1 or more).
+  --cpu               Use the CPU even when there is a GPU: workers get ACCELERATE_USE_CPU=true.
+  Without these flags, the workers inherit such variables from ddprun's environment.
+
 The program:
   --no_python         Run PROGRAM directly even when it ends in .py.
   -m, --module        PROGRAM is a Python module: run "$DDPRUN_PYTHON -m PROGRAM" (default

@@ -145,6 +145,7 @@ JobConfig make_job_config(const Options& options, const EnvLookup& env, const Ma
   config.tee = options.tee;
   config.local_ranks_filter = options.local_ranks_filter;
   config.role = options.role;
+  config.accelerate = options.accelerate;
 
   if (options.standalone) {
     if (options.nnodes_given && options.max_nodes > 1) {

@@ -66,6 +66,7 @@ struct JobConfig {
   StreamSpec tee;
   std::optional<std::vector<int>> local_ranks_filter;
   std::string role = "default";
+  AccelerateFlags accelerate;      // passed to the workers as ACCELERATE_* (worker_env.h)
   std::vector<std::string> notes;  // to print before starting (Slurm values used, flags ignored)
   std::string command_line;        // ddprun's own, shell-quoted: what runs the job again (set by main)
 

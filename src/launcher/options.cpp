@@ -217,6 +217,19 @@ const std::map<std::string, Flag>& flags() {
           if (v.empty()) bad_value("role", v, "a non-empty role name");
           o.role = v;
         }}},
+      // Accelerate's flags (options.h: AccelerateFlags), checked here so that a typo fails before any
+      // worker starts rather than in every worker.
+      {"mixed_precision",
+       {true, [](Options& o, const std::string& v) {
+          if (v != "no" && v != "fp16" && v != "bf16") bad_value("mixed_precision", v, "no, fp16 or bf16");
+          o.accelerate.mixed_precision = v;
+        }}},
+      {"gradient_accumulation_steps",
+       {true, [](Options& o, const std::string& v) {
+          o.accelerate.gradient_accumulation_steps = parse_count(
+              "gradient_accumulation_steps", v, 1, "a number of batches per optimizer step (1 or more)");
+        }}},
+      {"cpu", {false, [](Options& o, const std::string&) { o.accelerate.cpu = true; }}},
       {"start_method",
        {true, [](Options& o, const std::string& v) {
           if (v != "spawn" && v != "fork" && v != "forkserver") bad_value("start_method", v, "spawn, fork or forkserver");

@@ -32,6 +32,16 @@ struct StreamSpec {
   bool any() const;
 };
 
+// Hugging Face Accelerate's launch settings (`accelerate launch` flags of the same names), for a
+// program using ddp::Accelerator: ddprun passes them to every worker as Accelerate's own
+// launcher does, in ACCELERATE_* variables, so the program reads the same settings either way.
+// Unset: the worker inherits whatever ddprun's environment has (the variable is not set).
+struct AccelerateFlags {
+  std::optional<std::string> mixed_precision;      // ACCELERATE_MIXED_PRECISION: no, fp16 or bf16
+  std::optional<int> gradient_accumulation_steps;  // ACCELERATE_GRADIENT_ACCUMULATION_STEPS: 1 or more
+  bool cpu = false;                                // ACCELERATE_USE_CPU=true: CPU even with a GPU
+};
+
 struct Options {
   NprocSpec nproc;
   int min_nodes = 1;
@@ -59,6 +69,7 @@ struct Options {
   bool no_python = false;
   bool module = false;  // -m: the program is a Python module
   std::string role = "default";
+  AccelerateFlags accelerate;  // --mixed_precision, --gradient_accumulation_steps, --cpu
   std::vector<std::string> notes;  // things worth saying about the command line (ignored flags)
 
   std::string program;

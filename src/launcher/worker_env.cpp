@@ -37,6 +37,14 @@ std::map<std::string, std::string> worker_environment(const WorkerPlace& place, 
   if (!job.error_file.empty()) env["TORCHELASTIC_ERROR_FILE"] = job.error_file;
   if (!job.checkpoint_record.empty()) env[kCheckpointRecordVariable] = job.checkpoint_record;
   if (!job.straggler_report.empty()) env[kStragglerReportVariable] = job.straggler_report;
+  // Accelerate's launcher's names. A flag not given sets nothing, so a value exported in ddprun's
+  // environment (e.g. by a job script) still reaches the workers.
+  const AccelerateFlags& accelerate = job.accelerate;
+  if (accelerate.mixed_precision) env["ACCELERATE_MIXED_PRECISION"] = *accelerate.mixed_precision;
+  if (accelerate.gradient_accumulation_steps) {
+    env["ACCELERATE_GRADIENT_ACCUMULATION_STEPS"] = text(*accelerate.gradient_accumulation_steps);
+  }
+  if (accelerate.cpu) env["ACCELERATE_USE_CPU"] = "true";
   return env;
 }
 

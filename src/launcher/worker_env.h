@@ -6,6 +6,7 @@
 #include <string>
 
 #include "environment.h"
+#include "options.h"
 
 namespace ddp::launcher {
 
@@ -28,6 +29,7 @@ struct JobEnv {
   std::string error_file;  // TORCHELASTIC_ERROR_FILE when not empty
   std::string checkpoint_record;  // DDP_CHECKPOINT_RECORD when not empty (see checkpoint_record.h)
   std::string straggler_report;   // DDP_STRAGGLER_REPORT when not empty (likewise)
+  AccelerateFlags accelerate;     // ACCELERATE_* for the flags given
 };
 
 // The variables to set on top of ddprun's environment `parent`:
@@ -37,6 +39,8 @@ struct JobEnv {
 //   DDP_STORE_PROTOCOL=ddp, DDP_CHECKPOINT_RECORD and TORCHELASTIC_ERROR_FILE when the job
 //   names them, and when `parent` lacks them: NCCL_ASYNC_ERROR_HANDLING=1,
 //   OMP_NUM_THREADS=1 (with more than one worker per node; see needs_omp_default).
+//   For the Accelerate flags given (and only those): ACCELERATE_MIXED_PRECISION,
+//   ACCELERATE_GRADIENT_ACCUMULATION_STEPS, ACCELERATE_USE_CPU=true.
 std::map<std::string, std::string> worker_environment(const WorkerPlace& place, const JobEnv& job,
                                                       const EnvLookup& parent);
 

@@ -34,6 +34,7 @@ RoundWorkers worker_specs(const RoundPlan& plan) {
   job.run_id = plan.config.run_id;
   job.role = plan.config.role;
   job.max_restarts = plan.config.max_restarts;
+  job.accelerate = plan.config.accelerate;
   const std::string attempt_dir =
       plan.config.log_dir.empty() ? "" : cat(plan.config.log_dir, "/", safe_name(plan.config.run_id), "/attempt_", plan.round);
   for (int local = 0; local < plan.config.nproc; ++local) {

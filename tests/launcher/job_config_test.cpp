@@ -42,6 +42,17 @@ TEST(JobConfig, SingleNodeDefaults) {
   EXPECT_EQ(c.join_timeout.count(), 600000);
 }
 
+TEST(JobConfig, CarriesTheAccelerateFlags) {
+  const JobConfig c = config_of({"--mixed_precision=fp16", "--gradient_accumulation_steps=2", "--cpu", "p"});
+  EXPECT_EQ(c.accelerate.mixed_precision, "fp16");
+  EXPECT_EQ(c.accelerate.gradient_accumulation_steps, 2);
+  EXPECT_TRUE(c.accelerate.cpu);
+  const JobConfig plain = config_of({"p"});
+  EXPECT_FALSE(plain.accelerate.mixed_precision);
+  EXPECT_FALSE(plain.accelerate.gradient_accumulation_steps);
+  EXPECT_FALSE(plain.accelerate.cpu);
+}
+
 TEST(JobConfig, Standalone) {
   const JobConfig c = config_of({"--standalone", "--nproc_per_node=2", "p"});
   EXPECT_EQ(c.backend, RdzvBackend::C10d);

@@ -125,10 +125,48 @@ TEST(Options, HelpExplainsEveryFlag) {
                            "--max_restarts", "--monitor_interval", "--grace_period", "--stopped_timeout", "--log_dir",
                            "--redirects",
                            "--tee", "--local_ranks_filter", "--no_python", "--module", "--role", "--start_method",
+                           "--mixed_precision", "--gradient_accumulation_steps", "--cpu",
                            "--help", "--version", "SLURM_NNODES", "Exit status"}) {
     EXPECT_NE(help.find(flag), std::string::npos) << flag;
   }
   EXPECT_NE(version_text().find("ddprun "), std::string::npos);
+}
+
+TEST(Options, AccelerateFlagsAreUnsetByDefault) {
+  const Options o = parse_command_line({"./train"});
+  EXPECT_FALSE(o.accelerate.mixed_precision);
+  EXPECT_FALSE(o.accelerate.gradient_accumulation_steps);
+  EXPECT_FALSE(o.accelerate.cpu);
+}
+
+TEST(Options, AccelerateFlagsInBothSpellingsAndBothValueForms) {
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"--mixed_precision=bf16", "--gradient_accumulation_steps=4", "--cpu", "p"},
+           {"--mixed-precision", "bf16", "--gradient-accumulation-steps", "4", "--cpu", "p"}}) {
+    const Options o = parse_command_line(args);
+    EXPECT_EQ(o.accelerate.mixed_precision, "bf16");
+    EXPECT_EQ(o.accelerate.gradient_accumulation_steps, 4);
+    EXPECT_TRUE(o.accelerate.cpu);
+    EXPECT_EQ(o.program, "p");
+  }
+  for (const char* precision : {"no", "fp16", "bf16"}) {
+    EXPECT_EQ(parse_command_line({std::string("--mixed_precision=") + precision, "p"}).accelerate.mixed_precision,
+              precision);
+  }
+  EXPECT_EQ(parse_command_line({"--gradient_accumulation_steps=1", "p"}).accelerate.gradient_accumulation_steps, 1);
+}
+
+TEST(Options, BadAccelerateValues) {
+  for (const char* precision : {"fp8", "FP16", "", "yes"}) {
+    expect_contains(error_of({std::string("--mixed_precision=") + precision, "p"}),
+                    {"--mixed_precision", std::string("\"") + precision + "\"", "no, fp16 or bf16"});
+  }
+  for (const char* steps : {"0", "-2", "two", "1.5", ""}) {
+    expect_contains(error_of({std::string("--gradient_accumulation_steps=") + steps, "p"}),
+                    {"--gradient_accumulation_steps", std::string("\"") + steps + "\"", "1 or more"});
+  }
+  expect_contains(error_of({"--cpu=true", "p"}), {"--cpu takes no value", "\"true\""});
+  expect_contains(error_of({"--mixed_precision"}), {"--mixed_precision needs a value"});
 }
 
 TEST(Options, UnknownFlag) {

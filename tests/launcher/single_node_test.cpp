@@ -55,6 +55,21 @@ TEST(SingleNode, TheUsersOmpNumThreadsIsKept) {
   EXPECT_EQ(run.err().find("OMP_NUM_THREADS"), std::string::npos) << run.err();
 }
 
+TEST(SingleNode, TheAccelerateFlagsReachEveryWorker) {
+  // Given flags set their variables; the one not given comes from ddprun's environment as it was.
+  Launch run(ddprun_worker({"--nproc_per_node=2", port_flag(), "--mixed-precision=bf16", "--cpu"}, {"--print-env"}),
+             {{"ACCELERATE_MIXED_PRECISION", "fp16"}, {"ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "3"}});
+  ASSERT_TRUE(run.wait());
+  ASSERT_EQ(run.exit_code(), 0) << run.all();
+  const auto env = printed_env(run.out());
+  ASSERT_EQ(env.size(), 2u) << run.all();
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(env.at(rank).at("ACCELERATE_MIXED_PRECISION"), "bf16");
+    EXPECT_EQ(env.at(rank).at("ACCELERATE_USE_CPU"), "true");
+    EXPECT_EQ(env.at(rank).at("ACCELERATE_GRADIENT_ACCUMULATION_STEPS"), "3");
+  }
+}
+
 TEST(SingleNode, WorkersAllReduceThroughTheLaunchersStore) {
   Launch run(ddprun_worker({"--nproc_per_node=3", port_flag()}, {"--allreduce"}));
   ASSERT_TRUE(run.wait());

@@ -63,5 +63,45 @@ TEST(WorkerEnv, NamesTheCheckpointRecord) {
   EXPECT_EQ(worker_environment({}, job, map_env({})).at("DDP_STRAGGLER_REPORT"), job.straggler_report);
 }
 
+TEST(WorkerEnv, SetsNoAccelerateVariableWithoutTheFlags) {
+  const auto env = worker_environment({}, {}, map_env({}));
+  for (const char* name :
+       {"ACCELERATE_MIXED_PRECISION", "ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "ACCELERATE_USE_CPU"}) {
+    EXPECT_FALSE(env.count(name)) << name;
+  }
+}
+
+TEST(WorkerEnv, PassesTheAccelerateFlags) {
+  JobEnv job;
+  job.accelerate.mixed_precision = "fp16";
+  job.accelerate.gradient_accumulation_steps = 8;
+  job.accelerate.cpu = true;
+  const auto env = worker_environment({}, job, map_env({}));
+  EXPECT_EQ(env.at("ACCELERATE_MIXED_PRECISION"), "fp16");
+  EXPECT_EQ(env.at("ACCELERATE_GRADIENT_ACCUMULATION_STEPS"), "8");
+  EXPECT_EQ(env.at("ACCELERATE_USE_CPU"), "true");
+}
+
+TEST(WorkerEnv, AGivenAccelerateFlagOverridesTheParentsVariable) {
+  JobEnv job;
+  job.accelerate.mixed_precision = "bf16";
+  const auto env = worker_environment(
+      {}, job, map_env({{"ACCELERATE_MIXED_PRECISION", "fp16"}, {"ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "2"}}));
+  EXPECT_EQ(env.at("ACCELERATE_MIXED_PRECISION"), "bf16");
+  EXPECT_FALSE(env.count("ACCELERATE_GRADIENT_ACCUMULATION_STEPS"));  // not given: the parent's 2 is inherited
+}
+
+TEST(WorkerEnv, KeepsTheParentsAccelerateVariablesWhenTheFlagsAreNotGiven) {
+  const auto parent = map_env({{"ACCELERATE_MIXED_PRECISION", "fp16"},
+                               {"ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "4"},
+                               {"ACCELERATE_USE_CPU", "false"}});
+  const auto env = worker_environment({}, {}, parent);
+  // Absent from the overrides: the worker inherits ddprun's environment as it is.
+  for (const char* name :
+       {"ACCELERATE_MIXED_PRECISION", "ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "ACCELERATE_USE_CPU"}) {
+    EXPECT_FALSE(env.count(name)) << name;
+  }
+}
+
 }  // namespace
 }  // namespace ddp::launcher
