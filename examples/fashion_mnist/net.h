@@ -8,7 +8,8 @@
 #include "ddp/torch/sync_batch_norm.h"
 
 struct NetImpl : torch::nn::Module {
-  explicit NetImpl(bool sync_bn = false) {
+  // `dropout`: the probability before fc2 (0 makes a step deterministic, for comparing runs).
+  explicit NetImpl(bool sync_bn = false, double dropout_p = 0.25) {
     conv1 = register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 32, 3).padding(1)));
     // With `sync_bn` ddp::SyncBatchNorm (statistics over every rank's batch) in place of
     // BatchNorm2d: the same parameters and buffers under the same names, so weights move between them.
@@ -24,7 +25,7 @@ struct NetImpl : torch::nn::Module {
       bn2 = register_module("bn2", torch::nn::BatchNorm2d(64));
     }
     fc1 = register_module("fc1", torch::nn::Linear(64 * 7 * 7, 64));
-    dropout = register_module("dropout", torch::nn::Dropout(0.25));
+    dropout = register_module("dropout", torch::nn::Dropout(dropout_p));
     fc2 = register_module("fc2", torch::nn::Linear(64, 10));
   }
 
