@@ -272,7 +272,7 @@ fi
 TARGETS=(ddp_gpu_tests)
 if [ "$WITH_TORCH" = 1 ]; then
   if grep -q "CUDA tensors on" "$BUILD/configure.log"; then
-    TARGETS+=(ddp_torch_gpu_tests ddp_step_bench ddprun train_fashion_mnist)
+    TARGETS+=(ddp_torch_gpu_tests ddp_step_bench ddprun train_fashion_mnist train_accelerate)
   else
     echo "gpu_check: PyTorch's LibTorch was found but without CUDA targets; no LibTorch GPU tests."
     row "LibTorch front" "no CUDA in LibTorch: torch GPU tests skipped"
@@ -289,7 +289,7 @@ if ! timeout "$(slot 330 150)" cmake --build "$BUILD" -j "$(nproc)" --target "${
 fi
 BUILT=""
 for f in tests/ddp_gpu_tests tests/torch/ddp_torch_gpu_tests bench/ddp_step_bench src/launcher/ddprun \
-  examples/train_fashion_mnist; do
+  examples/train_fashion_mnist examples/train_accelerate; do
   [ -x "$BUILD/$f" ] && BUILT+="$(basename "$f") "
 done
 row "built" "${BUILT:-nothing}"
@@ -371,6 +371,20 @@ if [ -x "$DDPRUN" ] && [ -x "$TRAIN" ] && [ "$(left)" -gt 120 ]; then
   fi
 else
   row "main job" "skipped ($([ -x "$TRAIN" ] && echo "out of time" || echo "train_fashion_mnist not built"))"
+fi
+# The Accelerator's example, the binary the CPU tests run, unchanged on the GPUs with fp16 from the launch.
+ACCELERATE="$BUILD/examples/train_accelerate"
+if [ -x "$DDPRUN" ] && [ -x "$ACCELERATE" ] && [ "$(left)" -gt 90 ]; then
+  say "the Accelerator's example: 1 epoch on $GPUS GPU(s), --mixed_precision fp16"
+  log="$BUILD/accelerate.log"
+  rm -rf "$BUILD/accelerate-state" "$BUILD/accelerate-out"
+  timeout "$(slot 60 30)" "$DDPRUN" --standalone --nproc_per_node=gpu --mixed_precision fp16 "$ACCELERATE" \
+    --data-dir "$DATA_DIR" --epochs 1 --state-dir "$BUILD/accelerate-state" --out-dir "$BUILD/accelerate-out" >"$log" 2>&1
+  rc=$?
+  line=$(grep -m1 -o "training on .*" "$log" | cut -c1-60)
+  if [ "$rc" -eq 0 ] && [ -f "$BUILD/accelerate-out/model.safetensors" ]; then
+    row "Accelerator example" "$line; $(grep -o "test accuracy [0-9.]*%" "$log" | tail -n 1)"
+  else STATUS=1; row "Accelerator example" "FAILED (exit $rc): $(grep -m1 -E "error|Error" "$log" | cut -c1-100)"; fi
 fi
 
 # ---- 5. the DDP step at world size 1, with and without DDP
