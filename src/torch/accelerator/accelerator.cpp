@@ -446,8 +446,12 @@ void Accelerator::load_state(const std::string& dir, const std::function<void(to
       }
       at::Tensor rng;
       archive.read("rng_cpu", rng);
-      device_generator(c10::Device(c10::kCPU)).set_state(rng[s.rank % rng.size(0)]);
-      if (s.device.is_cuda() && archive.try_read("rng_cuda", rng)) device_generator(s.device).set_state(rng[s.rank % rng.size(0)]);
+      // A row of its own (clone): LibTorch 2.15's set_state crashed (SIGSEGV) on rank 1's row, a
+      // view at an offset into the gathered tensor's storage; 1.13 took it.
+      device_generator(c10::Device(c10::kCPU)).set_state(rng[s.rank % rng.size(0)].clone());
+      if (s.device.is_cuda() && archive.try_read("rng_cuda", rng)) {
+        device_generator(s.device).set_state(rng[s.rank % rng.size(0)].clone());
+      }
       if (extra) {
         torch::serialize::InputArchive a;
         archive.read("extra", a);
