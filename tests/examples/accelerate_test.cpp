@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "ddp/torch/state_dict.h"
+#include "example_test.h"
 #include "fashion_mnist/net.h"
 #include "support/multiprocess.h"
 
@@ -17,15 +18,9 @@ namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
-class AccelerateExample : public ::testing::Test {
+class AccelerateExample : public test::ExampleTest {
  protected:
-  void SetUp() override {
-    if (!fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")) {
-      GTEST_SKIP() << "Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)";
-    }
-    fs::remove_all(root_);
-  }
-  void TearDown() override { fs::remove_all(root_); }
+  AccelerateExample() : ExampleTest("ddp-accelerate-") {}
 
   // train_accelerate alone (nproc 0) or under ddprun, its state and weights in root_/run.
   test::RankResult train(const std::string& run, int nproc, std::vector<std::string> flags,
@@ -71,8 +66,6 @@ class AccelerateExample : public ::testing::Test {
     }
     return most;
   }
-
-  fs::path root_ = fs::temp_directory_path() / ("ddp-accelerate-" + std::to_string(::getpid()));
 };
 
 // The same global batch (64 alone, 32 on each of 2 ranks) over the same samples: with

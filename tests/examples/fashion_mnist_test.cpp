@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "ddp/torch/checkpoint.h"
+#include "example_test.h"
 #include "final_model.h"
 #include "sample_log.h"
 #include "support/multiprocess.h"
@@ -29,15 +30,9 @@ struct TrainRun {
   std::string output;
 };
 
-class FashionMnist : public ::testing::Test {
+class FashionMnist : public test::ExampleTest {
  protected:
-  void SetUp() override {
-    if (!fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")) {
-      GTEST_SKIP() << "Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)";
-    }
-    fs::remove_all(root_);
-  }
-  void TearDown() override { fs::remove_all(root_); }
+  FashionMnist() : ExampleTest("ddp-example-") {}
 
   // ddprun --nproc_per_node=2 train_fashion_mnist <small run flags> <extra>
   TrainRun train(const std::string& dir, std::vector<std::string> extra = {}, int nproc = 2) {
@@ -69,8 +64,6 @@ class FashionMnist : public ::testing::Test {
     EXPECT_FALSE(tensors.empty()) << "no checkpoint in " << dir;
     return tensors;
   }
-
-  fs::path root_ = fs::temp_directory_path() / ("ddp-example-" + std::to_string(::getpid()));
 };
 
 TEST_F(FashionMnist, LearnsStopsResumesExactlyAndPassesOverADamagedCheckpoint) {
