@@ -192,7 +192,8 @@ class AcceleratedOptimizer {
 
 // A prepared loader: this rank's shard of the dataset (a DistributedSampler), batches stacked
 // and on the Accelerator's device. Each `for` over it is a pass over the next epoch (set_epoch
-// done), or the rest of a pass that load_state() restored. A handle: copies share the position.
+// done), or the rest of a pass that load_state() restored; a `for` left early (break) starts
+// that epoch again. Move-only; the Accelerator keeps its position for save_state().
 template <typename Dataset>
 class AcceleratedLoader {
   using Stacked = torch::data::datasets::MapDataset<Dataset, torch::data::transforms::Stack<>>;
@@ -274,8 +275,8 @@ class AcceleratedLoader {
   std::int64_t epoch() const { return position_->epoch; }
 
  private:
-  void end_pass() {
-    if (position_->batches_done > 0 && position_->batches_done >= position_->batches_in_pass) {
+  void end_pass() {  // the iterator reached the pass's end (an empty pass included: the epoch moves on)
+    if (position_->batches_done >= position_->batches_in_pass) {
       ++position_->epoch;
       position_->batches_done = 0;
     }

@@ -110,6 +110,10 @@ TEST(Accelerator, OneProcessWithoutALauncherIsAGroupOfOneAndRefusesMisuse) {
                                         {"the dataset has no size", "give the dataset a size()"});
     test::expect_error<InvalidArgument>([&] { (void)acc.prepare(Numbers(4), {.batch_size = 0}); },
                                         {"batch_size 0", "1 or more"});
+    // An empty dataset's pass has no batch, and the epoch still moves on (a loop over epochs ends).
+    auto empty = acc.prepare(Numbers(0), {.batch_size = 2});
+    for (auto& batch : empty) ADD_FAILURE() << "a batch from an empty dataset: " << batch.data;
+    EXPECT_EQ(empty.epoch(), 1);
     auto optimizer = std::make_shared<torch::optim::SGD>(linear->parameters(), torch::optim::SGDOptions(0.1));
     (void)acc.prepare(optimizer);
     test::expect_error<Error>([&] { (void)acc.prepare(optimizer); }, {"this optimizer was prepared before"});
