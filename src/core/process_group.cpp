@@ -108,7 +108,7 @@ struct ProcessGroup::State {
     const auto first_hand = detail::classify(cause);
     const bool lost = first_hand.kind == ErrorKind::PeerLost;
     if (lost) {
-      failures->record(cat(failures->where(op), " failed: ", first_hand.message));
+      failures->record_provisional(cat(failures->where(op), " failed: ", first_hand.message));
       std::lock_guard lock(issue_mutex);
       backends->abort();
     }

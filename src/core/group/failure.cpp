@@ -15,6 +15,7 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kLostRecordGrace = std::chrono::milliseconds(1500);
 
 std::string failed_key(int rank) { return "failed/" + std::to_string(rank); }
+std::string failing_key(int rank) { return "failing/" + std::to_string(rank); }
 
 // The store the TCPStore server writes lost-rank records to: under every PrefixStore.
 std::shared_ptr<Store> root_of(std::shared_ptr<Store> store) {
@@ -76,6 +77,13 @@ void FailureHandler::record(const std::string& message) noexcept {
   }
 }
 
+void FailureHandler::record_provisional(const std::string& message) noexcept {
+  try {
+    diag_->set(failing_key(rank_), message);
+  } catch (...) {
+  }
+}
+
 Diagnosis FailureHandler::diagnose(const Op& op, ErrorKind kind) {
   const auto until = Clock::now() + (kind == ErrorKind::PeerLost ? kLostRecordGrace : std::chrono::milliseconds(0));
   for (;;) {
@@ -83,20 +91,29 @@ Diagnosis FailureHandler::diagnose(const Op& op, ErrorKind kind) {
     Diagnosis diagnosis = detail::diagnose(op, rank_, peers);
     if (diagnosis.kind == Diagnosis::Kind::Lost || diagnosis.kind == Diagnosis::Kind::Mismatch) {
       // A rank that ended on an error it could not throw (group/last_words) said why first.
-      if (auto first = first_failure()) diagnosis.text += cat(diagnosis.text.ends_with('.') ? " " : ". ", *first);
+      if (auto first = first_failure(false)) diagnosis.text += cat(diagnosis.text.ends_with('.') ? " " : ". ", *first);
       return diagnosis;
     }
     if (!peers.store_error.empty()) return diagnosis;
-    if (auto first = first_failure()) return {Diagnosis::Kind::Behind, *first};
-    if (Clock::now() >= until) return diagnosis;
+    if (auto first = first_failure(false)) return {Diagnosis::Kind::Behind, *first};
+    // A peer's first note alone may be the echo of a loss whose record the store has not written
+    // yet (that peer aborted its connections, and this rank failed of it): it waits for the grace.
+    if (Clock::now() >= until) {
+      if (auto first = first_failure(true)) return {Diagnosis::Kind::Behind, *first};
+      return diagnosis;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
 }
 
-std::optional<std::string> FailureHandler::first_failure() {
+std::optional<std::string> FailureHandler::first_failure(bool provisional) {
   try {
     for (int r = 0; r < static_cast<int>(global_ranks_.size()); ++r) {
-      if (r != rank_ && diag_->check({failed_key(r)})) return cat("Rank ", r, " failed first: ", diag_->get(failed_key(r)));
+      if (r == rank_) continue;
+      if (diag_->check({failed_key(r)})) return cat("Rank ", r, " failed first: ", diag_->get(failed_key(r)));
+      if (provisional && diag_->check({failing_key(r)})) {
+        return cat("Rank ", r, " failed first: ", diag_->get(failing_key(r)));
+      }
     }
   } catch (...) {
   }

@@ -48,10 +48,15 @@ class FailureHandler {
 
   // Leaves this rank's failure where the peers' explanations find it. Never throws.
   void record(const std::string& message) noexcept;
+  // A first note of a lost peer, before this rank has explained its failure (and before it aborts
+  // its connections, which makes its peers fail too): the peers name it only when nothing better
+  // (a lost-rank record, the explained note) turns up within the grace a lost peer's record gets.
+  void record_provisional(const std::string& message) noexcept;
 
  private:
   Diagnosis diagnose(const Op& op, ErrorKind kind);
-  std::optional<std::string> first_failure();
+  // The first other rank's note: the explained ones, or with `provisional` the first notes too.
+  std::optional<std::string> first_failure(bool provisional);
 
   std::shared_ptr<Store> diag_;
   std::shared_ptr<Store> root_;  // where the store server writes lost-rank records, on diag_'s connection
