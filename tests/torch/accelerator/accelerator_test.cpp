@@ -222,5 +222,38 @@ TEST(Accelerator, Fp16OnTheCpuSkipsAStepWithInfiniteGradientsOrIsRefusedSayingWh
   }, options);
 }
 
+// Accumulating across a skipped step: with 2 micro-steps per step, an inf in the second skips the
+// step and drops the whole window (the first micro-step's finite gradients too), and the next
+// window starts from zero gradients and steps.
+TEST(Accelerator, Fp16AccumulationAcrossASkippedStepDropsTheWholeWindow) {
+  test::RunOptions options = launch({{"ACCELERATE_MIXED_PRECISION", "fp16"}, {"ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "2"}});
+  options.set_launch_env = false;
+  test::run_ranks(1, [](int, int) {
+    if (!compat::cpu_autocast_supports(at::kHalf)) GTEST_SKIP() << "LibTorch 1.13 cannot autocast the CPU to float16";
+    Accelerator acc;
+    auto model = acc.prepare(torch::nn::Linear(4, 2));
+    auto optimizer = acc.prepare(torch::optim::SGD(model->parameters(), torch::optim::SGDOptions(0.1)));
+    const auto before = model->weight.detach().clone();
+    auto micro_step = [&](double factor) {
+      auto scope = acc.accumulate(model);
+      acc.backward(model(torch::ones({2, 4})).sum() * factor);
+      optimizer.step();
+      optimizer.zero_grad();
+      return scope.sync_gradients();
+    };
+    EXPECT_FALSE(micro_step(1.0));  // accumulates
+    EXPECT_TRUE(model->weight.grad().defined());
+    EXPECT_TRUE(micro_step(std::numeric_limits<double>::infinity()));  // the window's last: skipped
+    EXPECT_TRUE(optimizer.step_was_skipped());
+    EXPECT_TRUE(torch::equal(model->weight, before));
+    EXPECT_FALSE(model->weight.grad().defined());  // the whole window dropped
+    EXPECT_FALSE(micro_step(1.0));
+    EXPECT_TRUE(micro_step(1.0));
+    EXPECT_FALSE(optimizer.step_was_skipped());
+    EXPECT_FALSE(torch::equal(model->weight, before));
+    EXPECT_EQ(acc.step(), 1);
+  }, options);
+}
+
 }  // namespace
 }  // namespace ddp
