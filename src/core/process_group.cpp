@@ -102,8 +102,8 @@ struct ProcessGroup::State {
     // A lost peer: the connections go first, before the explanation reads the store, so that a
     // peer blocked on this rank (a send this rank will never receive, a ring step behind this one)
     // fails at once, and so on around the ring, instead of waiting for its timeout while this rank
-    // explains. A first note goes before them, for those peers to name; the explanation replaces
-    // it. (A timeout keeps its order: the peers are waiting too, and the explanation must see
+    // explains. A provisional first note goes before them, for those peers to name should the
+    // store's record of the loss not come (FailureHandler::record_provisional). (A timeout keeps its order: the peers are waiting too, and the explanation must see
     // them as they were, not as this rank's abort leaves them.)
     const auto first_hand = detail::classify(cause);
     const bool lost = first_hand.kind == ErrorKind::PeerLost;

@@ -45,6 +45,12 @@ std::optional<std::int64_t> parse_int(std::string_view text) {
   return value;
 }
 
+std::uint64_t fnv1a(std::string_view text) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
 std::string quote(std::string_view value, std::size_t max_length) {
   std::string out = "\"";
   for (std::size_t i = 0; i < value.size() && i < max_length; ++i) {

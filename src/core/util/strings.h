@@ -29,6 +29,10 @@ std::string join(const std::vector<std::string>& values, std::string_view separa
 // Parses a whole string as a base-10 integer; nullopt on anything else (empty, junk, overflow).
 std::optional<std::int64_t> parse_int(std::string_view text);
 
+// 64-bit FNV-1a: the same text gives the same number in every process (comparing texts across
+// ranks by one integer).
+std::uint64_t fnv1a(std::string_view text);
+
 // Quotes a value for an error message, shortening long ones and escaping non-printables.
 std::string quote(std::string_view value, std::size_t max_length = 64);
 

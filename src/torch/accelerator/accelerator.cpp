@@ -17,6 +17,7 @@
 #include "ddp/torch/checkpoint.h"
 #include "ddp/torch/collectives.h"
 #include "ddp/torch/state_dict.h"
+#include "util/strings.h"
 
 namespace ddp {
 
@@ -150,13 +151,6 @@ std::optional<std::string> getenv_string(const std::string& name) {
   return value ? std::optional<std::string>(value) : std::nullopt;
 }
 
-// 64-bit FNV-1a: the same text gives the same number in every process.
-std::int64_t text_hash(const std::string& text) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
-  return static_cast<std::int64_t>(h);
-}
-
 // Rank 0's text, on every rank (at most 4 KiB).
 std::string broadcast_text(const std::string& text, int rank) {
   constexpr std::int64_t kSize = 4096;
@@ -172,7 +166,7 @@ std::string broadcast_text(const std::string& text, int rank) {
 void check_same_directory(const char* caller, const std::string& dir, int rank, int world) {
   if (world == 1) return;
   auto all = at::empty({world}, at::kLong).to(collective_device());
-  all_gather_into_tensor(all, at::full({1}, text_hash(dir), at::kLong).to(collective_device()));
+  all_gather_into_tensor(all, at::full({1}, static_cast<std::int64_t>(detail::fnv1a(dir)), at::kLong).to(collective_device()));
   all = all.cpu();
   std::string differing;
   for (int r = 1; r < world; ++r) {

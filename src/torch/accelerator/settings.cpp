@@ -4,6 +4,7 @@
 #include <cctype>
 
 #include "ddp/error.h"
+#include "util/strings.h"
 
 namespace ddp {
 
@@ -34,17 +35,11 @@ std::string lower(std::string text) {
 }
 
 int parse_steps(const std::string& text, const std::string& where) {
-  std::size_t used = 0;
-  long value = 0;
-  try {
-    value = std::stol(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != text.size() || value < 1 || value > 1'000'000) {
+  const auto value = parse_int(text);
+  if (!value || *value < 1 || *value > 1'000'000) {
     throw InvalidArgument(where + " is '" + text + "'; expected a number of micro-steps per optimizer step, 1 or more");
   }
-  return static_cast<int>(value);
+  return static_cast<int>(*value);
 }
 
 bool parse_flag(const std::string& text, const std::string& where) {
