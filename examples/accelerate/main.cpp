@@ -34,7 +34,7 @@ std::map<std::string, std::string> parse(int argc, char** argv) {
   std::map<std::string, std::string> f = {
       {"epochs", "3"}, {"batch-size", "64"}, {"lr", "0.05"}, {"limit-train", "0"}, {"limit-test", "0"},
       {"dropout", "0.25"}, {"sync-bn", "0"}, {"max-grad-norm", "0"}, {"stop-after", "0"}, {"seed", "0"},
-      {"state-dir", "accelerate-state"}, {"out-dir", "accelerate-out"}, {"data-dir", ddp::data::FashionMNIST::kDefaultRoot}};
+      {"state-dir", "runs/accelerate/state"}, {"out-dir", "runs/accelerate"}, {"data-dir", ddp::data::FashionMNIST::kDefaultRoot}};
   for (int i = 1; i < argc; i += 2) {
     const std::string name = std::string(argv[i]).substr(2);
     if (std::string(argv[i]).rfind("--", 0) != 0 || !f.count(name) || i + 1 >= argc) {
