@@ -1,12 +1,14 @@
 # Gloo, the transport of the gloo backend between hosts (docs/GLOO.md), in one of two ways:
-#   SYSTEM   Debian's shared libgloo, the one Debian's LibTorch links itself;
 #   PRIVATE  Gloo's source (DDP_GLOO_SOURCE_DIR; scripts/private_gloo.sh fetches Debian's) compiled
-#            into ddp_core with hidden symbols.
+#            into ddp_core with hidden symbols, with one fix to its TCP pair (below);
+#   SYSTEM   Debian's shared libgloo, the one Debian's LibTorch links itself.
 # An upstream LibTorch (PyPI's wheel, pytorch.org's zip) carries a Gloo of its own and exports its
 # symbols, interposable: two Gloos that see each other bind into each other whichever the loader
 # meets first. A private Gloo (hidden, and in a namespace of its own) is reachable from ddp's code
-# only, and reaches nothing else. AUTO
-# picks PRIVATE when the LibTorch being built against does not link the system's libgloo.
+# only, and reaches nothing else. AUTO (the default) picks PRIVATE whenever Gloo's source is at
+# hand (scripts/setup.sh fetches it), since only the private Gloo has the fix; without the source,
+# SYSTEM where the LibTorch being built against links Debian's libgloo (with a warning), else an
+# error that says how to fetch it.
 #
 # ddp_gloo(TARGET) adds ddp's Gloo-using sources (src/core/gloo/), and the private Gloo's, to
 # TARGET; sets DDP_GLOO_MODE (SYSTEM or PRIVATE) in the caller's scope.
@@ -28,13 +30,34 @@ function(_ddp_torch_needs_system_gloo out)
   endif()
 endfunction()
 
+# Gloo's source where none was named: the newest that scripts/private_gloo.sh unpacked.
+if(NOT DDP_GLOO_SOURCE_DIR AND NOT DDP_GLOO STREQUAL "SYSTEM")
+  ddp_cache_dir(_cache)
+  file(GLOB _found LIST_DIRECTORIES TRUE "${_cache}/gloo-src-*")
+  if(_found)
+    list(SORT _found)
+    list(POP_BACK _found _newest)
+    set(DDP_GLOO_SOURCE_DIR "${_newest}" CACHE PATH "Gloo's source tree for DDP_GLOO=PRIVATE" FORCE)
+  endif()
+endif()
+set(_ddp_gloo_source_found FALSE)
+if(EXISTS "${DDP_GLOO_SOURCE_DIR}/gloo/rendezvous/context.h")
+  set(_ddp_gloo_source_found TRUE)
+endif()
+
 set(DDP_GLOO_MODE ${DDP_GLOO})
 if(DDP_GLOO_MODE STREQUAL "AUTO")
-  set(DDP_GLOO_MODE SYSTEM)
-  if(DDP_BUILD_TORCH)
-    _ddp_torch_needs_system_gloo(_system)
-    if(NOT _system)
-      set(DDP_GLOO_MODE PRIVATE)
+  set(DDP_GLOO_MODE PRIVATE)
+  if(NOT _ddp_gloo_source_found)
+    set(_system TRUE)  # the core alone: Debian's libgloo is fine to link
+    if(DDP_BUILD_TORCH)
+      _ddp_torch_needs_system_gloo(_system)
+    endif()
+    if(_system)
+      set(DDP_GLOO_MODE SYSTEM)
+      message(WARNING "ddp: no Gloo source at hand, so ddp links Debian's libgloo, whose TCP pair leaves a send in "
+        "flight to a failed peer to end at the timeout (docs/GLOO.md). scripts/private_gloo.sh fetches the source "
+        "(scripts/setup.sh runs it); configure again to compile ddp's own, fixed Gloo.")
     endif()
   endif()
 endif()
@@ -43,18 +66,10 @@ if(NOT DDP_GLOO_MODE MATCHES "^(SYSTEM|PRIVATE)$")
 endif()
 
 if(DDP_GLOO_MODE STREQUAL "PRIVATE")
-  if(NOT DDP_GLOO_SOURCE_DIR)
-    ddp_cache_dir(_cache)  # where scripts/private_gloo.sh unpacks it
-    file(GLOB _found LIST_DIRECTORIES TRUE "${_cache}/gloo-src-*")
-    if(_found)
-      list(SORT _found)
-      list(POP_BACK _found _newest)
-      set(DDP_GLOO_SOURCE_DIR "${_newest}" CACHE PATH "Gloo's source tree for DDP_GLOO=PRIVATE" FORCE)
-    endif()
-  endif()
-  if(NOT EXISTS "${DDP_GLOO_SOURCE_DIR}/gloo/rendezvous/context.h")
-    message(FATAL_ERROR "ddp needs a private Gloo here: the LibTorch at ${TORCH_INSTALL_PREFIX} carries a Gloo of its "
-      "own, which must not meet Debian's libgloo in one process (docs/GLOO.md). Fetch Gloo's source with "
+  if(NOT _ddp_gloo_source_found)
+    message(FATAL_ERROR "ddp needs a private Gloo here (DDP_GLOO=${DDP_GLOO}): Debian's libgloo leaves a send in flight "
+      "to a failed peer to end at the timeout, and an upstream LibTorch carries a Gloo of its own, which must not meet "
+      "Debian's libgloo in one process (docs/GLOO.md). Fetch Gloo's source with "
       "scripts/private_gloo.sh (Debian's source package) and configure again, or pass -DDDP_GLOO_SOURCE_DIR=<a Gloo "
       "source tree>. (DDP_GLOO_SOURCE_DIR='${DDP_GLOO_SOURCE_DIR}' has no gloo/rendezvous/context.h)")
   endif()

@@ -6,15 +6,16 @@
 #   scripts/setup.sh [--torch pypi[=VERSION] | --torch DIR] [--target NAME]... [build-dir] [extra cmake args...]
 # --torch builds against another LibTorch than Debian's 1.13 (docs/LIBTORCH.md): `pypi` installs
 # PyPI's torch (default 2.15.0) into ddp's cache (scripts/upstream_torch.sh) and uses its LibTorch;
-# DIR is an unpacked LibTorch zip (the folder with share/cmake/Torch). Either carries a Gloo of
-# its own, so ddp compiles a private one (scripts/private_gloo.sh fetches its source).
+# DIR is an unpacked LibTorch zip (the folder with share/cmake/Torch). Every build compiles ddp's
+# own Gloo (scripts/private_gloo.sh fetches its source, once): an upstream LibTorch carries a Gloo
+# of its own, and Debian's libgloo lacks a fix ddp needs (docs/GLOO.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(
   cmake ninja-build g++ pkg-config
   libtorch-dev libopenblas0-openmp   # LibTorch 1.13 (CPU) and the BLAS that makes it fast
-  libgloo-dev                        # the gloo backend
+  libgloo-dev                        # Gloo's headers for a build without its source (docs/GLOO.md)
   zlib1g-dev                         # reading the gzip'd IDX files
   libzip-dev                         # PyTorch's zip format for state dicts (ddp::save_state_dict)
   dataset-fashion-mnist              # the main job's data set
@@ -62,12 +63,14 @@ if [ -n "$torch" ]; then
     }
     export PATH="$cuda/bin:$PATH"
   fi
-  upstream=("-DCMAKE_PREFIX_PATH=$prefix" "-DDDP_GLOO_SOURCE_DIR=$(scripts/private_gloo.sh | tail -n 1)")
+  upstream=("-DCMAKE_PREFIX_PATH=$prefix")
 fi
+gloo_source="$(scripts/private_gloo.sh | tail -n 1)"
 
 if [ ! -f "$BUILD/build.ninja" ] || (($#)) || ((${#upstream[@]})); then
   echo "setup: configuring $BUILD"
-  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${upstream[@]}" "$@" >/dev/null
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DDDP_GLOO_SOURCE_DIR=$gloo_source" \
+    "${upstream[@]}" "$@" >/dev/null
 fi
 echo "setup: building ${targets[*]:-everything} in $BUILD"
 # DDP_BUILD_JOBS: parallel jobs (default one per core); a LibTorch translation unit needs about 1 GB and 20 s.
