@@ -41,20 +41,30 @@ at::Tensor flat_for(const std::vector<at::Tensor>& params, ProcessGroup& group) 
   return at::zeros({total}, options);
 }
 
+std::vector<at::Tensor> views_of(const at::Tensor& flat, const std::vector<at::Tensor>& params) {
+  std::vector<at::Tensor> views;
+  std::int64_t offset = 0;
+  for (const auto& p : params) {
+    views.push_back(flat.narrow(0, offset, p.numel()).view(p.sizes()));
+    offset += p.numel();
+  }
+  return views;
+}
+
+bool same(const at::Tensor& a, const at::Tensor& b) { return a.unsafeGetTensorImpl() == b.unsafeGetTensorImpl(); }
+
 }  // namespace
 
 Bucket::Bucket(std::size_t index, bool is_last, std::vector<std::size_t> members, const std::vector<at::Tensor>& params,
                std::shared_ptr<ProcessGroup> group, bool as_view)
     : members_(std::move(members)),
       params_(pick(params, members_)),
-      flat_(flat_for(params_, *group)),
-      handed_(index, is_last, flat_, params_, group),
+      group_(std::move(group)),
+      flat_(flat_for(params_, *group_)),
+      views_(views_of(flat_, params_)),
+      aliases_(members_.size()),
+      handed_(index, is_last, flat_, params_, group_),
       as_view_(as_view) {
-  std::int64_t offset = 0;
-  for (const auto& p : params_) {
-    views_.push_back(flat_.narrow(0, offset, p.numel()).view(p.sizes()));
-    offset += p.numel();
-  }
   if (!as_view_) return;
   at::NoGradGuard no_grad;
   for (std::size_t k = 0; k < params_.size(); ++k) {
@@ -69,6 +79,36 @@ std::int64_t Bucket::bytes() const { return flat_.numel() * flat_.element_size()
 at::Tensor Bucket::alias(std::size_t k) const {
   const at::Tensor& view = views_[k];
   return at::from_blob(view.data_ptr(), view.sizes(), [keep = flat_](void*) {}, view.options());
+}
+
+bool Bucket::stale_alias_held() const {
+  for (std::size_t k = 0; k < aliases_.size(); ++k) {
+    const at::Tensor& kept = aliases_[k];
+    if (!kept.defined() || same(kept, params_[k].grad())) continue;
+    if (kept.use_count() > 1 || kept.storage().use_count() > 1) return true;  // a tensor or a view of it
+  }
+  return false;
+}
+
+const at::Tensor& Bucket::shared_alias(std::size_t k) {
+  if (!aliases_[k].defined()) aliases_[k] = alias(k);
+  return aliases_[k];
+}
+
+// Nothing but the parameter sees `grad`: replacing it by an alias holding the same values cannot
+// be told apart, short of comparing data pointers (which LibTorch 2.x's zero_grad changes anyway).
+bool Bucket::replaceable(const at::Tensor& grad, std::size_t k) const {
+  const at::Tensor& param = params_[k];
+  return grad.use_count() == 1 && grad.storage().use_count() == 1 && !grad.requires_grad() && grad.is_contiguous() &&
+         param.is_contiguous() && grad.layout() == at::kStrided && grad.scalar_type() == flat_.scalar_type() &&
+         grad.device() == flat_.device() && grad.sizes() == param.sizes();
+}
+
+void Bucket::move_memory() {
+  flat_ = flat_for(params_, *group_);
+  views_ = views_of(flat_, params_);
+  for (auto& kept : aliases_) kept = at::Tensor();
+  handed_ = GradBucket(handed_.index(), handed_.is_last(), flat_, params_, group_);
 }
 
 // Whether the average over `divisor` ranks can be the all-reduce's own (AVG): the group's size, a
@@ -90,6 +130,7 @@ void Bucket::fill(const std::vector<std::uint8_t>& used, int divisor) {
     reciprocal_ = at::native::wrapped_scalar_tensor(1.0 / divisor);
     divisor_ = divisor;
   }
+  if (!as_view_ && stale_alias_held()) move_memory();
   for (std::size_t k = 0; k < params_.size(); ++k) {
     at::Tensor& grad = params_[k].mutable_grad();
     at::Tensor& view = views_[k];
@@ -97,8 +138,14 @@ void Bucket::fill(const std::vector<std::uint8_t>& used, int divisor) {
       view.zero_();
       continue;
     }
-    if (grad.data_ptr() == view.data_ptr()) {  // already a view into the bucket
-      if (average) view.div_(divisor);
+    if (grad.data_ptr() == view.data_ptr()) {  // lives in the bucket already
+      if (average) {
+        if (as_view_) {
+          view.div_(divisor);  // PyTorch's arithmetic for its bucket views
+        } else {
+          view.mul_(reciprocal_);  // the copy's (mul_out below), to the bit
+        }
+      }
       continue;
     }
     if (average) {
@@ -132,10 +179,10 @@ void Bucket::write_back(const std::vector<std::uint8_t>& globally_used) {
     if (used_nowhere && !grad.defined()) continue;  // as in PyTorch: no gradient at all
     if (as_view_) {
       if (!grad.defined() || grad.data_ptr() != views_[k].data_ptr()) grad = alias(k);
-    } else if (grad.defined()) {
-      grad.copy_(views_[k]);
-    } else {
-      grad = views_[k].clone();
+    } else if (!grad.defined() || replaceable(grad, k)) {
+      grad = shared_alias(k);
+    } else if (!same(grad, aliases_[k])) {
+      grad.copy_(views_[k]);  // a .grad someone holds: its tensor keeps being .grad
     }
   }
 }
