@@ -9,7 +9,7 @@ DDP (no gradient communication, only the per-step barrier), which is what DDP's 
 if communication cost nothing. Prints markdown tables for docs/BENCHMARKS.md.
 
     /usr/bin/python3 bench/run_ddp_step.py --build build [--worlds 1 2 4] [--rounds 3] [--limit]
-        [--baseline OTHER_BUILD] [--view-only]
+        [--baseline OTHER_BUILD] [--view-only | --default-path]
 
 Each configuration runs `rounds` times, alternating ddp and PyTorch; the table gives the median.
 --baseline adds the same ddp columns from another build (an earlier commit's), alternated in the
@@ -26,29 +26,43 @@ from run_allreduce import run_ranks_output  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def view_only(args):
-    """ddp's bucket view, the baseline's and the limit, alternated, one row per world size."""
-    bins = [("ddp, bucket view", os.path.join(args.build, "bench", "ddp_step_bench"))]
-    if args.baseline:
-        bins.append(("baseline, bucket view", os.path.join(args.baseline, "bench", "ddp_step_bench")))
+def against_limit(args, title, columns):
+    """`columns` ((name, binary, extra flags)) and the limit, alternated, one row per world size."""
     for model in args.models:
         common = ["--model", model, "--steps", str(args.steps)]
-        print("\n### DDP step with gradient_as_bucket_view against the limit, %s, batch 64 per rank "
-              "(median ms of %d)\n" % (model, args.rounds))
-        names = [n for n, _ in bins] + ["limit: no DDP"]
-        print("| world size | " + " | ".join(names) + " | " + " | ".join("%s / limit" % n for n, _ in bins) + " |")
-        print("|---|" + "---|" * (len(names) + len(bins)))
+        print("\n### %s against the limit, %s, batch 64 per rank (median ms of %d)\n" % (title, model, args.rounds))
+        names = [n for n, _, _ in columns] + ["limit: no DDP"]
+        print("| world size | " + " | ".join(names) + " | " + " | ".join("%s / limit" % n for n, _, _ in columns) + " |")
+        print("|---|" + "---|" * (len(names) + len(columns)))
         for world in args.worlds:
             runs = {n: [] for n in names}
             for _ in range(args.rounds):
-                for name, binary in bins:
-                    runs[name].append(float(run_ranks_output([binary] + common + ["--bucket-view"], world)))
-                runs["limit: no DDP"].append(float(run_ranks_output([bins[0][1]] + common + ["--no-ddp"], world)))
+                for name, binary, flags in columns:
+                    runs[name].append(float(run_ranks_output([binary] + common + flags, world)))
+                runs["limit: no DDP"].append(float(run_ranks_output([columns[0][1]] + common + ["--no-ddp"], world)))
             med = {n: statistics.median(v) for n, v in runs.items()}
             limit = med["limit: no DDP"]
             print("| %d | %s | %s |" % (world, " | ".join("%.2f" % med[n] for n in names),
-                                        " | ".join("%.3f" % (med[n] / limit) for n, _ in bins)))
+                                        " | ".join("%.3f" % (med[n] / limit) for n, _, _ in columns)))
             sys.stdout.flush()
+
+
+def view_only(args):
+    """ddp's bucket view, the baseline's and the limit."""
+    columns = [("ddp, bucket view", os.path.join(args.build, "bench", "ddp_step_bench"), ["--bucket-view"])]
+    if args.baseline:
+        columns.append(("baseline, bucket view", os.path.join(args.baseline, "bench", "ddp_step_bench"), ["--bucket-view"]))
+    against_limit(args, "DDP step with gradient_as_bucket_view", columns)
+
+
+def default_path(args):
+    """ddp's default options, the baseline's, ddp's bucket view and the limit."""
+    ours = os.path.join(args.build, "bench", "ddp_step_bench")
+    columns = [("ddp, default", ours, [])]
+    if args.baseline:
+        columns.append(("baseline, default", os.path.join(args.baseline, "bench", "ddp_step_bench"), []))
+    columns.append(("ddp, bucket view", ours, ["--bucket-view"]))
+    against_limit(args, "The default DDP step", columns)
 
 
 def main():
@@ -61,12 +75,16 @@ def main():
     parser.add_argument("--baseline", help="another build dir whose ddp runs beside this one (before/after)")
     parser.add_argument("--limit", action="store_true",
                         help="add ddp with gradient_as_bucket_view and the no-communication loop (the limit)")
+    parser.add_argument("--default-path", action="store_true",
+                        help="only ddp's default step (and --baseline's) beside its bucket view and the limit")
     parser.add_argument("--view-only", action="store_true",
                         help="only ddp with gradient_as_bucket_view (and --baseline's) against the limit, "
                         "alternated: fewer configurations per round, so less drift between them")
     args = parser.parse_args()
     if args.view_only:
         return view_only(args)
+    if args.default_path:
+        return default_path(args)
     ddp_bin = os.path.join(args.build, "bench", "ddp_step_bench")
     base_bin = os.path.join(args.baseline, "bench", "ddp_step_bench") if args.baseline else None
     torch_py = ["/usr/bin/python3", os.path.join(HERE, "torch_ddp_step.py")]
