@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 
 #include "ddp/ddp.h"
 #include "models.h"
@@ -71,76 +72,73 @@ void zero_in_place(torch::nn::Module& model) {
   for (auto& p : model.parameters()) p.mutable_grad().zero_();
 }
 
+// `body` on every rank of a group of `world`, with the same Mlp wrapped in DDP.
+void with_ddp(int world, const std::function<void(Mlp&, DistributedDataParallel<Mlp>&, int, int)>& body) {
+  run_ranks(world, [&](int rank, int size) {
+    init_process_group("gloo", {.timeout = 30s});
+    torch::manual_seed(0);
+    auto model = std::make_shared<Mlp>();
+    DistributedDataParallel ddp_model(model);
+    body(*model, ddp_model, rank, size);
+    destroy_process_group();
+  });
+}
+
 // Both ways of zeroing (LibTorch 1.x's zero_grad, 2.x's set to none), at 2 ranks (the average
 // taken by the all-reduce) and 3 (each gradient multiplied by 1/3 in the bucket).
 class DefaultGradients : public ::testing::TestWithParam<int> {};
 
 TEST_P(DefaultGradients, LiveInTheBucketsFromTheFirstBackwardOnAndHoldTheAverage) {
-  run_ranks(GetParam(), [](int rank, int world) {
-    init_process_group("gloo", {.timeout = 30s});
-    torch::manual_seed(0);
-    auto model = std::make_shared<Mlp>();
-    DistributedDataParallel ddp_model(model);
+  with_ddp(GetParam(), [](Mlp& model, DistributedDataParallel<Mlp>& ddp_model, int rank, int world) {
     for (int step = 0; step < 4; ++step) {
       if (step % 2 == 0) {
-        set_to_none(*model);
+        set_to_none(model);
       } else {
-        zero_in_place(*model);
+        zero_in_place(model);
       }
-      const auto expected = expected_gradients(*model, step, rank, world);
+      const auto expected = expected_gradients(model, step, rank, world);
       backward(ddp_model, step, rank, world);
-      expect_gradients(*model, expected);
-      EXPECT_TRUE(gradients_tile_one_block(*model)) << "step " << step << ": a gradient was not given the bucket";
+      expect_gradients(model, expected);
+      EXPECT_TRUE(gradients_tile_one_block(model)) << "step " << step << ": a gradient was not given the bucket";
     }
-    destroy_process_group();
   });
 }
 
 TEST_P(DefaultGradients, AGradientHeldAcrossSetToNoneKeepsItsValues) {
-  run_ranks(GetParam(), [](int rank, int world) {
-    init_process_group("gloo", {.timeout = 30s});
-    torch::manual_seed(0);
-    auto model = std::make_shared<Mlp>();
-    DistributedDataParallel ddp_model(model);
+  with_ddp(GetParam(), [](Mlp& model, DistributedDataParallel<Mlp>& ddp_model, int rank, int world) {
     backward(ddp_model, 0, rank, world);
     // Kept by the user: a gradient, and a view of another (which shares its memory only).
-    at::Tensor held = model->a->weight.grad();
-    at::Tensor held_view = model->c->bias.grad().view({2, 2});
+    at::Tensor held = model.a->weight.grad();
+    at::Tensor held_view = model.c->bias.grad().view({2, 2});
     const auto held_values = held.clone(), view_values = held_view.clone();
-    set_to_none(*model);
-    const auto expected = expected_gradients(*model, 1, rank, world);
+    set_to_none(model);
+    const auto expected = expected_gradients(model, 1, rank, world);
     backward(ddp_model, 1, rank, world);
     EXPECT_TRUE(at::equal(held, held_values)) << "the next backward wrote into a gradient the user kept";
     EXPECT_TRUE(at::equal(held_view, view_values));
-    expect_gradients(*model, expected);
-    EXPECT_FALSE(model->a->weight.grad().is_same(held));
+    expect_gradients(model, expected);
+    EXPECT_FALSE(model.a->weight.grad().is_same(held));
     // Let go of them: the buckets' memory is theirs again, and so is the next .grad.
     held = at::Tensor();
     held_view = at::Tensor();
-    set_to_none(*model);
+    set_to_none(model);
     backward(ddp_model, 2, rank, world);
-    EXPECT_TRUE(gradients_tile_one_block(*model));
-    destroy_process_group();
+    EXPECT_TRUE(gradients_tile_one_block(model));
   });
 }
 
 TEST_P(DefaultGradients, AGradientTheUserAssignedStaysTheGradientAndGetsTheAverage) {
-  run_ranks(GetParam(), [](int rank, int world) {
-    init_process_group("gloo", {.timeout = 30s});
-    torch::manual_seed(0);
-    auto model = std::make_shared<Mlp>();
-    DistributedDataParallel ddp_model(model);
+  with_ddp(GetParam(), [](Mlp& model, DistributedDataParallel<Mlp>& ddp_model, int rank, int world) {
     for (int step = 0; step < 3; ++step) {
-      set_to_none(*model);
-      at::Tensor mine = torch::zeros_like(model->b->weight);
-      model->b->weight.mutable_grad() = mine;
-      const auto expected = expected_gradients(*model, step, rank, world);
+      set_to_none(model);
+      at::Tensor mine = torch::zeros_like(model.b->weight);
+      model.b->weight.mutable_grad() = mine;
+      const auto expected = expected_gradients(model, step, rank, world);
       backward(ddp_model, step, rank, world);
-      EXPECT_TRUE(model->b->weight.grad().is_same(mine)) << "step " << step << ": DDP replaced the user's tensor";
+      EXPECT_TRUE(model.b->weight.grad().is_same(mine)) << "step " << step << ": DDP replaced the user's tensor";
       EXPECT_TRUE(at::allclose(mine, expected[2], 1e-5, 1e-6)) << "step " << step;
-      expect_gradients(*model, expected);
+      expect_gradients(model, expected);
     }
-    destroy_process_group();
   });
 }
 
