@@ -16,6 +16,7 @@
 #include "elastic_rendezvous.h"
 #include "flight_report.h"
 #include "liveness.h"
+#include "openblas.h"
 #include "rendezvous.h"
 #include "round_record.h"
 #include "store_host.h"
@@ -404,6 +405,15 @@ class Agent {
       say("note: setting OMP_NUM_THREADS=1 for each worker (as torchrun does: more than one worker per node and "
           "OMP_NUM_THREADS is unset), to keep the machine from being overloaded; set it yourself to tune it");
     }
+    if (!omp_noted_ && !parent("OPENBLAS_CORETYPE")) {
+      std::string chosen;
+      openblas_coretype_ = openblas_coretype_here(&chosen);
+      if (openblas_coretype_) {
+        say(cat("note: setting OPENBLAS_CORETYPE=", *openblas_coretype_, " for each worker: this machine's OpenBLAS "
+                "does not know its CPU and chose its ", chosen, " kernels, without the CPU's vector units (matrix "
+                "products about 3x slower); set OPENBLAS_CORETYPE yourself to choose"));
+      }
+    }
     omp_noted_ = true;
     RoundWorkers workers = worker_specs({.config = config_,
                                          .command = command_,
@@ -411,7 +421,8 @@ class Agent {
                                          .round = attempt,
                                          .port = port_,
                                          .records = records_,
-                                         .terminal_width = terminal_width_});
+                                         .terminal_width = terminal_width_,
+                                         .openblas_coretype = openblas_coretype_});
     flight_dir_ = workers.flight_dir;
     WorkerGroup group(std::move(workers.specs), signals_, guard_);
     int signal_received = 0;
@@ -574,7 +585,8 @@ class Agent {
   int previous_world_ = 0;  // the largest world size so far: its ranks' lost records are cleared
   std::optional<RoundRecord> record_;          // elastic: the round under way
   std::vector<MembershipChange> history_;      // elastic: every change so far
-  bool omp_noted_ = false;
+  bool omp_noted_ = false;  // the notes on OMP_NUM_THREADS and OPENBLAS_CORETYPE said (once)
+  std::optional<std::string> openblas_coretype_;  // for the workers (openblas.h)
   bool store_gone_ = false;  // this node lost the store: leaving would wait for nothing
   std::shared_ptr<TCPStore> store_;
   std::unique_ptr<Heartbeat> heartbeat_;  // after store_: it beats on a clone of it

@@ -34,6 +34,7 @@ std::map<std::string, std::string> worker_environment(const WorkerPlace& place, 
   };
   if (!parent("NCCL_ASYNC_ERROR_HANDLING")) env["NCCL_ASYNC_ERROR_HANDLING"] = "1";
   if (needs_omp_default(parent, place.local_world_size)) env["OMP_NUM_THREADS"] = "1";
+  if (job.openblas_coretype && !parent("OPENBLAS_CORETYPE")) env["OPENBLAS_CORETYPE"] = *job.openblas_coretype;
   if (!job.error_file.empty()) env["TORCHELASTIC_ERROR_FILE"] = job.error_file;
   if (!job.checkpoint_record.empty()) env[kCheckpointRecordVariable] = job.checkpoint_record;
   if (!job.straggler_report.empty()) env[kStragglerReportVariable] = job.straggler_report;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 
 #include "environment.h"
@@ -30,6 +31,7 @@ struct JobEnv {
   std::string checkpoint_record;  // DDP_CHECKPOINT_RECORD when not empty (see checkpoint_record.h)
   std::string straggler_report;   // DDP_STRAGGLER_REPORT when not empty (likewise)
   AccelerateFlags accelerate;     // ACCELERATE_* for the flags given
+  std::optional<std::string> openblas_coretype;  // OPENBLAS_CORETYPE unless ddprun's environment has one (openblas.h)
 };
 
 // The variables to set on top of ddprun's environment `parent`:
@@ -38,7 +40,8 @@ struct JobEnv {
 //   TORCHELASTIC_MAX_RESTARTS TORCHELASTIC_RUN_ID TORCHELASTIC_USE_AGENT_STORE=True
 //   DDP_STORE_PROTOCOL=ddp, DDP_CHECKPOINT_RECORD and TORCHELASTIC_ERROR_FILE when the job
 //   names them, and when `parent` lacks them: NCCL_ASYNC_ERROR_HANDLING=1,
-//   OMP_NUM_THREADS=1 (with more than one worker per node; see needs_omp_default).
+//   OMP_NUM_THREADS=1 (with more than one worker per node; see needs_omp_default),
+//   OPENBLAS_CORETYPE when the job names one.
 //   For the Accelerate flags given (and only those): ACCELERATE_MIXED_PRECISION,
 //   ACCELERATE_GRADIENT_ACCUMULATION_STEPS, ACCELERATE_USE_CPU=true.
 std::map<std::string, std::string> worker_environment(const WorkerPlace& place, const JobEnv& job,

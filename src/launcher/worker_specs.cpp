@@ -35,6 +35,7 @@ RoundWorkers worker_specs(const RoundPlan& plan) {
   job.role = plan.config.role;
   job.max_restarts = plan.config.max_restarts;
   job.accelerate = plan.config.accelerate;
+  job.openblas_coretype = plan.openblas_coretype;
   const std::string attempt_dir =
       plan.config.log_dir.empty() ? "" : cat(plan.config.log_dir, "/", safe_name(plan.config.run_id), "/attempt_", plan.round);
   for (int local = 0; local < plan.config.nproc; ++local) {

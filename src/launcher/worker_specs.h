@@ -3,6 +3,7 @@
 // their flight recorder dumps go.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@ struct RoundPlan {
   int port = 0;                  // the store's
   const CheckpointRecords& records;
   int terminal_width = 0;        // of ddprun's stdout when it is a terminal, else 0
+  std::optional<std::string> openblas_coretype;  // for the workers (openblas.h)
 };
 
 struct RoundWorkers {

@@ -1,6 +1,7 @@
 // The worker environment, variable by variable, against what torchrun sets.
 #include <gtest/gtest.h>
 
+#include "openblas.h"
 #include "worker_env.h"
 
 namespace ddp::launcher {
@@ -100,6 +101,39 @@ TEST(WorkerEnv, KeepsTheParentsAccelerateVariablesWhenTheFlagsAreNotGiven) {
   for (const char* name :
        {"ACCELERATE_MIXED_PRECISION", "ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "ACCELERATE_USE_CPU"}) {
     EXPECT_FALSE(env.count(name)) << name;
+  }
+}
+
+TEST(WorkerEnv, OpenblasCoretypeWhenTheJobNamesOneAndDdprunsEnvironmentDoesNot) {
+  JobEnv job;
+  EXPECT_FALSE(worker_environment({}, job, map_env({})).count("OPENBLAS_CORETYPE"));
+  job.openblas_coretype = "SkylakeX";
+  EXPECT_EQ(worker_environment({}, job, map_env({})).at("OPENBLAS_CORETYPE"), "SkylakeX");
+  // The user's own choice, in ddprun's environment, reaches the workers as it is.
+  EXPECT_FALSE(worker_environment({}, job, map_env({{"OPENBLAS_CORETYPE", "Haswell"}})).count("OPENBLAS_CORETYPE"));
+}
+
+TEST(OpenblasCoretype, AFallbackBelowTheCpusVectorUnitsGetsTheBestTheyCarry) {
+  const CpuVectors avx512{.avx2_fma = true, .avx512 = true}, avx2{.avx2_fma = true}, sse{};
+  EXPECT_EQ(openblas_coretype_for("Prescott", avx512), "SkylakeX");  // this VM's case
+  EXPECT_EQ(openblas_coretype_for("prescott", avx2), "Haswell");
+  EXPECT_EQ(openblas_coretype_for("Core2", avx2), "Haswell");
+  EXPECT_EQ(openblas_coretype_for("Barcelona", avx2), "Haswell");
+  EXPECT_EQ(openblas_coretype_for("Prescott", sse), std::nullopt);  // nothing better to give
+  // A core OpenBLAS chose for the CPU it knows is left alone.
+  for (const char* chosen : {"Haswell", "SkylakeX", "Cooperlake", "SapphireRapids", "Zen", ""}) {
+    EXPECT_EQ(openblas_coretype_for(chosen, avx512), std::nullopt) << chosen;
+  }
+}
+
+TEST(OpenblasCoretype, ThisMachinesOpenblasIsAskedWhatItChose) {
+  std::string chosen;
+  const auto coretype = openblas_coretype_here(&chosen);
+  if (chosen.empty()) GTEST_SKIP() << "no libopenblas.so.0 on this machine";
+  // Set only where OpenBLAS fell back, and then to a core it knows.
+  if (coretype) {
+    EXPECT_TRUE(*coretype == "SkylakeX" || *coretype == "Haswell") << *coretype;
+    EXPECT_EQ(openblas_coretype_for(chosen, {.avx2_fma = true, .avx512 = true}).has_value(), true) << chosen;
   }
 }
 
