@@ -401,11 +401,11 @@ class Agent {
     }
 
     const auto parent = process_env();
-    if (!omp_noted_ && needs_omp_default(parent, config_.nproc)) {
+    if (!notes_said_ && needs_omp_default(parent, config_.nproc)) {
       say("note: setting OMP_NUM_THREADS=1 for each worker (as torchrun does: more than one worker per node and "
           "OMP_NUM_THREADS is unset), to keep the machine from being overloaded; set it yourself to tune it");
     }
-    if (!omp_noted_ && !parent("OPENBLAS_CORETYPE")) {
+    if (!notes_said_ && !parent("OPENBLAS_CORETYPE")) {
       std::string chosen;
       openblas_coretype_ = openblas_coretype_here(&chosen);
       if (openblas_coretype_) {
@@ -414,7 +414,7 @@ class Agent {
                 "products about 3x slower); set OPENBLAS_CORETYPE yourself to choose"));
       }
     }
-    omp_noted_ = true;
+    notes_said_ = true;
     RoundWorkers workers = worker_specs({.config = config_,
                                          .command = command_,
                                          .membership = membership_,
@@ -585,7 +585,7 @@ class Agent {
   int previous_world_ = 0;  // the largest world size so far: its ranks' lost records are cleared
   std::optional<RoundRecord> record_;          // elastic: the round under way
   std::vector<MembershipChange> history_;      // elastic: every change so far
-  bool omp_noted_ = false;  // the notes on OMP_NUM_THREADS and OPENBLAS_CORETYPE said (once)
+  bool notes_said_ = false;  // the notes on OMP_NUM_THREADS and OPENBLAS_CORETYPE said (once)
   std::optional<std::string> openblas_coretype_;  // for the workers (openblas.h)
   bool store_gone_ = false;  // this node lost the store: leaving would wait for nothing
   std::shared_ptr<TCPStore> store_;

@@ -116,8 +116,7 @@ std::string excerpt(std::string_view line) {
 }
 
 bool mentions_timeout(std::string_view line) {
-  std::string lower(line);
-  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  const std::string lower = detail::lower(std::string(line));
   return lower.find("timed out") != std::string::npos || lower.find(" did not join within ") != std::string::npos;
 }
 

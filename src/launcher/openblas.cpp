@@ -4,8 +4,9 @@
 
 #include <algorithm>
 #include <array>
-#include <cctype>
 #include <string_view>
+
+#include "util/strings.h"
 
 namespace ddp::launcher {
 
@@ -14,8 +15,7 @@ std::optional<std::string> openblas_coretype_for(const std::string& chosen, cons
   static constexpr std::array<std::string_view, 13> kBeforeAvx = {
       "unknown", "katmai", "coppermine", "northwood", "prescott", "banias", "atom", "core2",
       "penryn",  "dunnington", "nehalem", "opteron", "barcelona"};
-  std::string name = chosen;
-  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+  const std::string name = detail::lower(chosen);
   if (std::find(kBeforeAvx.begin(), kBeforeAvx.end(), name) == kBeforeAvx.end()) return std::nullopt;
   if (cpu.avx512) return "SkylakeX";
   if (cpu.avx2_fma) return "Haswell";

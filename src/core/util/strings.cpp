@@ -1,5 +1,7 @@
 #include "util/strings.h"
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cstdio>
 
@@ -69,6 +71,11 @@ std::string quote(std::string_view value, std::size_t max_length) {
   if (value.size() > max_length) out += "...";
   out += '"';
   return out;
+}
+
+std::string lower(std::string text) {
+  std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return std::tolower(c); });
+  return text;
 }
 
 }  // namespace ddp::detail

@@ -33,6 +33,9 @@ std::optional<std::int64_t> parse_int(std::string_view text);
 // ranks by one integer).
 std::uint64_t fnv1a(std::string_view text);
 
+// `text` in ASCII lower case.
+std::string lower(std::string text);
+
 // Quotes a value for an error message, shortening long ones and escaping non-printables.
 std::string quote(std::string_view value, std::size_t max_length = 64);
 

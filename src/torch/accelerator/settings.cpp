@@ -1,8 +1,5 @@
 #include "accelerator/settings.h"
 
-#include <algorithm>
-#include <cctype>
-
 #include "ddp/error.h"
 #include "util/strings.h"
 
@@ -28,11 +25,6 @@ const char* to_string(MixedPrecision precision) {
 namespace detail {
 
 namespace {
-
-std::string lower(std::string text) {
-  std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return std::tolower(c); });
-  return text;
-}
 
 int parse_steps(const std::string& text, const std::string& where) {
   const auto value = parse_int(text);

@@ -51,8 +51,6 @@ std::vector<at::Tensor> views_of(const at::Tensor& flat, const std::vector<at::T
   return views;
 }
 
-bool same(const at::Tensor& a, const at::Tensor& b) { return a.unsafeGetTensorImpl() == b.unsafeGetTensorImpl(); }
-
 }  // namespace
 
 Bucket::Bucket(std::size_t index, bool is_last, std::vector<std::size_t> members, const std::vector<at::Tensor>& params,
@@ -84,7 +82,7 @@ at::Tensor Bucket::alias(std::size_t k) const {
 bool Bucket::stale_alias_held() const {
   for (std::size_t k = 0; k < aliases_.size(); ++k) {
     const at::Tensor& kept = aliases_[k];
-    if (!kept.defined() || same(kept, params_[k].grad())) continue;
+    if (!kept.defined() || kept.is_same(params_[k].grad())) continue;
     if (kept.use_count() > 1 || kept.storage().use_count() > 1) return true;  // a tensor or a view of it
   }
   return false;
@@ -179,9 +177,11 @@ void Bucket::write_back(const std::vector<std::uint8_t>& globally_used) {
     if (used_nowhere && !grad.defined()) continue;  // as in PyTorch: no gradient at all
     if (as_view_) {
       if (!grad.defined() || grad.data_ptr() != views_[k].data_ptr()) grad = alias(k);
+    } else if (grad.defined() && grad.is_same(aliases_[k])) {
+      continue;  // lives in the bucket already
     } else if (!grad.defined() || replaceable(grad, k)) {
       grad = shared_alias(k);
-    } else if (!same(grad, aliases_[k])) {
+    } else {
       grad.copy_(views_[k]);  // a .grad someone holds: its tensor keeps being .grad
     }
   }
