@@ -352,7 +352,18 @@ class GlooBackend final : public Backend {
           theirs->waitRecv(remaining(deadline));
           Header theirs_header;
           std::memcpy(&theirs_header, scratch_.data(), kHeader);
-          if (!(theirs_header == header)) throw MismatchError(mismatch(header, theirs_header, step.peer));
+          if (!(theirs_header == header)) {
+            // The partner posted its receive before it could read ours: let our header reach it
+            // before this rank's failure closes the connection, so that it names the mismatch
+            // itself instead of a lost peer.
+            if (sends) {
+              try {
+                mine->waitSend(remaining(deadline));
+              } catch (const std::exception&) {  // the mismatch is the news
+              }
+            }
+            throw MismatchError(mismatch(header, theirs_header, step.peer));
+          }
         }
         // Sent before the reduction overwrites it (waitSend: the bytes are in the socket).
         if (sends) mine->waitSend(remaining(deadline));
