@@ -12,6 +12,7 @@
 #include "group/backend_set.h"
 #include "group/execute.h"
 #include "group/failure.h"
+#include "group/failure_record.h"
 #include "group/join.h"
 #include "group/last_words.h"
 #include "group/local_backend.h"
@@ -112,7 +113,7 @@ struct ProcessGroup::State {
       std::lock_guard lock(issue_mutex);
       backends->abort();
     }
-    const detail::ErrorInfo info = failures->explain(op, cause, elapsed, timeout());
+    const detail::FailureRecord info = failures->explain(op, cause, elapsed, timeout());
     auto failure = detail::make_error(info.kind, info.message);
     if (info.kind != ErrorKind::InvalidArgument) {
       bool first = false;
@@ -124,7 +125,7 @@ struct ProcessGroup::State {
         }
         if (!lost) backends->abort();
       }
-      failures->record(info.message);  // lets the peers name the rank that failed first
+      failures->record(info);  // lets the peers (and ddprun) name the rank that failed first
       detail::log(detail::LogLevel::Error, info.message);
       if (first) flight->dump(info.message);
     }
@@ -203,7 +204,10 @@ struct ProcessGroup::State {
       } catch (...) {
         flight->ended(record, false);
         const auto info = failures->explain_p2p(op, std::current_exception());
-        if (info.kind == ErrorKind::PeerLost || info.kind == ErrorKind::Timeout) flight->dump(info.message);
+        if (info.kind == ErrorKind::PeerLost || info.kind == ErrorKind::Timeout) {
+          failures->publish(info);
+          flight->dump(info.message);
+        }
         work->finish(detail::make_error(info.kind, info.message));
       }
     });
@@ -274,7 +278,22 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const std::string& backend, s
     }
     state->backends = std::make_unique<detail::BackendSet>(choices, std::move(backends));
   } else {
-    detail::join_group(*state->store, options.name, rank, size, options.timeout, unusable);
+    // Ranks that never arrive are a failure as data too: ddprun blames them (group/failure_record.h).
+    const auto missing = [&](const detail::RanksMissingError& e) {
+      detail::FailureRecord record;
+      record.kind = ErrorKind::Timeout;
+      record.rank = state->global_ranks.at(static_cast<std::size_t>(rank));
+      record.group = options.name;
+      for (int r : e.ranks()) record.behind.push_back(state->global_ranks.at(static_cast<std::size_t>(r)));
+      record.detail = record.message = e.what();
+      detail::publish_failure(*state->store, record);
+    };
+    try {
+      detail::join_group(*state->store, options.name, rank, size, options.timeout, unusable);
+    } catch (const detail::RanksMissingError& e) {
+      missing(e);
+      throw;
+    }
     auto diag = state->store->clone();
     diag->set_timeout(detail::kDiagnosisBudget);
     state->failures =
@@ -289,7 +308,12 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const std::string& backend, s
       backends.push_back(detail::find_backend(choice.backend)(context));
     }
     state->backends = std::make_unique<detail::BackendSet>(choices, std::move(backends));
-    detail::all_connected(*state->store, options.name, rank, size, options.timeout);
+    try {
+      detail::all_connected(*state->store, options.name, rank, size, options.timeout);
+    } catch (const detail::RanksMissingError& e) {
+      missing(e);
+      throw;
+    }
     auto progress_store = state->store->clone();
     progress_store->set_timeout(detail::kDiagnosisBudget);  // a stopped store host must not hold the reporter long
     state->progress = std::make_unique<detail::ProgressSlot>(std::move(progress_store), rank);

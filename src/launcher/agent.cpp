@@ -424,6 +424,8 @@ class Agent {
                                          .terminal_width = terminal_width_,
                                          .openblas_coretype = openblas_coretype_});
     flight_dir_ = workers.flight_dir;
+    // A failure record of an earlier attempt's worker of the same rank is no evidence of this one's.
+    for (const WorkerSpec& spec : workers.specs) detail::clear_failure(*store_, spec.rank);
     WorkerGroup group(std::move(workers.specs), signals_, guard_);
     int signal_received = 0;
     AttemptEnd end;
@@ -470,7 +472,8 @@ class Agent {
           failed.kind = AttemptEnd::Kind::WorkerFailed;
           const std::size_t index = *group.failed_worker();
           failed.worker = group.exits()[index];
-          failed.blame = blame_for(group, index, membership_);
+          failed.blame = blame_for(group, index, membership_,
+                                   [&](int rank) { return detail::read_failure(*store_, rank); });
           end = publish(channel, failed);
           group.stop(SIGTERM, config_.grace_period);
           break;

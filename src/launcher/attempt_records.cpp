@@ -47,9 +47,10 @@ AttemptEnd stopped_too_long_end(const WorkerGroup& group, AttemptEnd reporter, s
   return end;
 }
 
-std::optional<Blame> blame_for(WorkerGroup& group, std::size_t index, const Membership& membership) {
+std::optional<Blame> blame_for(WorkerGroup& group, std::size_t index, const Membership& membership,
+                               const FailureLookup& records) {
   const WorkerExit& failed = group.exit_of(index);
-  const auto culprit = find_root_cause(failed.rank, group.kept_lines(index), group.find_suspended());
+  const auto culprit = find_root_cause(failed.rank, records, group.kept_lines(index), group.find_suspended());
   if (!culprit) return std::nullopt;
   Blame b;
   b.rank = culprit->rank;

@@ -3,6 +3,8 @@
 // a failure from the evidence (blame.h) placed on its node.
 #pragma once
 
+#include "blame.h"
+
 #include <chrono>
 #include <optional>
 #include <string>
@@ -21,9 +23,11 @@ std::string stopped_alone_notice(const WorkerGroup& group, std::chrono::millisec
 // The WorkerStopped record for the first of them, from `reporter` (this node).
 AttemptEnd stopped_too_long_end(const WorkerGroup& group, AttemptEnd reporter, std::chrono::milliseconds bound);
 
-// The root cause when the failed worker (group index `index`) was a victim: the rank its error
-// says it waited for, checked against this node's stopped workers, on this node or another of
-// `membership` (ranks are numbered node by node). nullopt: the failed worker is the root cause.
-std::optional<Blame> blame_for(WorkerGroup& group, std::size_t index, const Membership& membership);
+// The root cause when the failed worker (group index `index`) was a victim: the rank its failure
+// record (`records`, the job's store) says it waited for, checked against this node's stopped
+// workers, on this node or another of `membership` (ranks are numbered node by node). nullopt:
+// the failed worker is the root cause.
+std::optional<Blame> blame_for(WorkerGroup& group, std::size_t index, const Membership& membership,
+                               const FailureLookup& records);
 
 }  // namespace ddp::launcher

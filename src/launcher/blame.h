@@ -1,26 +1,32 @@
 // Who a failure points at. The first worker to fail is often a victim: it timed out waiting for
 // a rank that is stopped (SIGSTOP, a debugger), stuck or gone. Two kinds of evidence say so:
-//   - ddp's diagnosis in the failed worker's error names the ranks it waited for ("Ranks that
-//     had not reached all_reduce #7: rank 1: ...", "still inside it: rank 1", "Lost rank 1",
-//     "waited for rank 1 (pid 42), which did not arrive", "Rank 1 failed first: ..."),
+//   - the failure record ddp's core leaves in the job's store (group/failure_record.h): the ranks
+//     the failed worker waited for (lost, behind, still inside the op), or the rank whose earlier
+//     failure it follows. Data, not text: rewording an error changes nothing here.
 //   - ddprun sees which of its own workers are stopped (state T or t in /proc/PID/stat).
 // Pure functions of that evidence, apart from stopped_state().
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <sys/types.h>
 #include <vector>
 
+#include "group/failure_record.h"
+
 namespace ddp::launcher {
 
-// The global ranks `text` (a worker's error output) says its rank waited for, in the order
-// named. "Rank N failed first: <N's error>" points past N to whom N waited for, or to N.
-std::vector<int> ranks_waited_for(std::string_view text);
+// A global rank's failure record, if it left one (read from the job's store).
+using FailureLookup = std::function<std::optional<detail::FailureRecord>(int rank)>;
 
-// Whether a line of output may hold evidence (a diagnosis, or a timeout): cheap, for every line.
-bool may_name_ranks_waited_for(std::string_view line);
+// The global ranks `failed_rank`'s record says it waited for. A record that follows rank N's
+// earlier failure points past N to whom N waited for, or to N.
+std::vector<int> ranks_waited_for(int failed_rank, const FailureLookup& records);
+
+// Whether a line of output says a timeout (any program's: no record needed): cheap, for every line.
+bool mentions_timeout(std::string_view line);
 
 // A local worker found stopped when a peer failed.
 struct SuspendedWorker {
@@ -34,10 +40,11 @@ struct Culprit {
 };
 
 // The rank the evidence points at instead of `failed_rank`, if any: a stopped local worker that
-// the failed worker's error names; else the first rank that error names; else a stopped local
-// worker, when the error is a timeout that names no rank. `error_lines`: the failed worker's
-// lines that may_name_ranks_waited_for kept.
-std::optional<Culprit> find_root_cause(int failed_rank, const std::vector<std::string>& error_lines,
+// the failed worker's record names; else the first rank that record names; else a stopped local
+// worker, when the failure was a timeout (its record's kind, or a line of `error_lines`, the
+// failed worker's lines that mentions_timeout kept) that names no rank.
+std::optional<Culprit> find_root_cause(int failed_rank, const FailureLookup& records,
+                                       const std::vector<std::string>& error_lines,
                                        const std::vector<SuspendedWorker>& suspended);
 
 // The state letter in a /proc/PID/stat text (R, S, D, T, t, Z, ...), or 0 when unreadable.

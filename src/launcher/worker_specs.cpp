@@ -71,7 +71,7 @@ RoundWorkers worker_specs(const RoundPlan& plan) {
       const int bit = 1 << s;
       spec.output.console[s] = shown && (!(redirected & bit) || (teed & bit));
     }
-    spec.output.keep = may_name_ranks_waited_for;  // the evidence find_root_cause reads
+    spec.output.keep = mentions_timeout;  // find_root_cause's evidence of a timeout without a record
     if (local == 0 && plan.terminal_width > 0 && spec.output.console[0]) {
       spec.terminal_columns = plan.terminal_width - static_cast<int>(cat("[", place.rank, "]:").size());
       spec.output.live_stdout = true;

@@ -87,26 +87,21 @@ void with_type(DataType dtype, Fn&& fn) {
   }
 }
 
-// Sorts a Gloo exception by what it says: a timeout, a lost peer, or a plain error.
-ErrorKind kind_of(const std::string& message) {
-  for (const char* timeout : {"Timed out", "timed out"}) {
-    if (message.find(timeout) != std::string::npos) return ErrorKind::Timeout;
-  }
-  for (const char* lost : {"closed", "reset by peer", "Broken pipe", "Connection refused"}) {
-    if (message.find(lost) != std::string::npos) return ErrorKind::PeerLost;
-  }
-  return ErrorKind::Other;
-}
-
-// Runs a Gloo call, turning its exceptions into ddp's.
+// Runs a Gloo call that must end by `deadline`, turning its exceptions into ddp's by their type:
+// Gloo's transport throws IoException both when a wait runs out (each is given the time left
+// until `deadline`) and when a connection breaks, so the clock tells them apart; anything else
+// (EnforceNotMet, InvalidOperationException) is an error of Gloo's own.
 template <typename Fn>
-void guarded(std::string_view what, Fn&& fn) {
+void guarded(std::string_view what, Backend::Deadline deadline, Fn&& fn) {
   try {
     fn();
   } catch (const ddp::Error&) {
     throw;
+  } catch (const gloo::IoException& e) {
+    const bool expired = std::chrono::steady_clock::now() >= deadline;
+    throw_error(expired ? ErrorKind::Timeout : ErrorKind::PeerLost, cat("gloo ", what, ": ", e.what()));
   } catch (const std::exception& e) {
-    throw_error(kind_of(e.what()), cat("gloo ", what, ": ", e.what()));
+    throw_error(ErrorKind::Other, cat("gloo ", what, ": ", e.what()));
   }
 }
 
@@ -190,7 +185,8 @@ class GlooBackend final : public Backend {
     auto context = std::make_shared<gloo::rendezvous::Context>(ctx.rank, ctx.size);
     context->setTimeout(ctx.timeout);
     StoreAdapter store(*ctx.store);
-    guarded("connecting the full mesh", [&] { context->connectFullMesh(store, device); });
+    const auto deadline = std::chrono::steady_clock::now() + ctx.timeout;
+    guarded("connecting the full mesh", deadline, [&] { context->connectFullMesh(store, device); });
     context_ = std::move(context);
   }
 
@@ -279,14 +275,14 @@ class GlooBackend final : public Backend {
 
   Waiter post_send(Buffer data, int dst, std::uint32_t tag) override {
     std::shared_ptr<gloo::transport::UnboundBuffer> buffer = context_->createUnboundBuffer(data.data, data.bytes());
-    guarded("send", [&] { buffer->send(dst, p2p_slot(tag)); });
-    return [buffer](Deadline deadline) { guarded("send", [&] { buffer->waitSend(remaining(deadline)); }); };
+    guarded("send", Deadline::max(), [&] { buffer->send(dst, p2p_slot(tag)); });  // posting: no wait
+    return [buffer](Deadline deadline) { guarded("send", deadline, [&] { buffer->waitSend(remaining(deadline)); }); };
   }
 
   Waiter post_recv(Buffer data, int src, std::uint32_t tag) override {
     std::shared_ptr<gloo::transport::UnboundBuffer> buffer = context_->createUnboundBuffer(data.data, data.bytes());
-    guarded("recv", [&] { buffer->recv(src, p2p_slot(tag)); });
-    return [buffer](Deadline deadline) { guarded("recv", [&] { buffer->waitRecv(remaining(deadline)); }); };
+    guarded("recv", Deadline::max(), [&] { buffer->recv(src, p2p_slot(tag)); });
+    return [buffer](Deadline deadline) { guarded("recv", deadline, [&] { buffer->waitRecv(remaining(deadline)); }); };
   }
 
   void abort() noexcept override {
@@ -302,7 +298,7 @@ class GlooBackend final : public Backend {
   // turned into ddp's.
   template <typename Options, typename Fill, typename Run>
   void run(const char* what, DataType dtype, Deadline deadline, Fill&& fill, Run&& run) {
-    guarded(what, [&] {
+    guarded(what, deadline, [&] {
       with_type(dtype, [&](auto t) {
         Options opts(context_);
         fill(opts, static_cast<decltype(t)*>(nullptr));
@@ -329,7 +325,7 @@ class GlooBackend final : public Backend {
   // recursive_doubling's steps (doubling.h) over unbound buffers: work_ (header, this rank's
   // values) and scratch_ (the partner's message).
   void doubling_all_reduce(Buffer data, ReduceOp op, Deadline deadline) {
-    guarded("all_reduce", [&] {
+    guarded("all_reduce", deadline, [&] {
       const auto context = context_;  // as Gloo's options hold it, should abort() drop ours
       const std::uint32_t tag = next_tag();
       const std::size_t bytes = data.bytes();

@@ -35,15 +35,21 @@ Diagnosis diagnose(const Op& op, int rank, const PeerStates& states) {
   const Fingerprint mine = fingerprint(op);
   for (const auto& p : peers) {
     if (p.rank == rank) continue;
-    if (p.lost) lost.push_back(cat(rank_name(p), " (", *p.lost, ")"));
+    if (p.lost) {
+      lost.push_back(cat(rank_name(p), " (", *p.lost, ")"));
+      d.lost.push_back(p.global_rank);
+    }
     if (!op.is_collective()) continue;
     const bool reached = p.progress && p.progress->started > op.seq;
     if (!reached) {
       behind.push_back(cat(rank_name(p), ": ", where(p)));
+      d.behind.push_back(p.global_rank);
     } else if (p.progress->started == op.seq + 1 && p.progress->last != mine) {
       mismatched.push_back(cat(rank_name(p), " called ", describe(p.progress->last)));
+      d.mismatched.push_back(p.global_rank);
     } else if (p.progress->started == op.seq + 1 && p.progress->finished <= op.seq) {
       inside.push_back(rank_name(p));
+      d.inside.push_back(p.global_rank);
     }
   }
   // A different call is the cause even when it also cost the rank its life (Gloo's ring ends a
@@ -61,7 +67,13 @@ Diagnosis diagnose(const Op& op, int rank, const PeerStates& states) {
                   "Look at that rank's output for the cause; the job cannot continue without it "
                   "(restart it, e.g. with ddprun --max_restarts).");
   }
-  if (d.kind != Diagnosis::Kind::None) return d;
+  // The data says what the text says: the ranks of the sentences written, no others.
+  if (d.kind != Diagnosis::Kind::None) {
+    d.behind.clear();
+    d.inside.clear();
+    return d;
+  }
+  if (!behind.empty()) d.inside.clear();
   if (!behind.empty()) {
     d.kind = Diagnosis::Kind::Behind;
     d.text = cat("Ranks that had not reached ", describe(op), ": ", join(behind, "; "),

@@ -36,8 +36,8 @@ std::string FailureHandler::where(const Op& op) const {
   return text;
 }
 
-ErrorInfo FailureHandler::explain(const Op& op, const std::exception_ptr& cause, std::chrono::milliseconds elapsed,
-                                  std::chrono::milliseconds timeout) {
+FailureRecord FailureHandler::explain(const Op& op, const std::exception_ptr& cause, std::chrono::milliseconds elapsed,
+                                      std::chrono::milliseconds timeout) {
   ErrorInfo info = classify(cause);
   Diagnosis diagnosis;
   if (global_ranks_.size() > 1 && info.kind != ErrorKind::InvalidArgument && info.kind != ErrorKind::Mismatch) {
@@ -51,18 +51,43 @@ ErrorInfo FailureHandler::explain(const Op& op, const std::exception_ptr& cause,
                             : cat(where(op), " failed after ", format_duration(elapsed));
   message += cat(": ", info.message);
   if (!diagnosis.text.empty()) message += cat(". ", diagnosis.text);
-  return {info.kind, std::move(message)};
+  FailureRecord record = make_record(info.kind, &op, std::move(message));
+  record.lost = std::move(diagnosis.lost);
+  record.behind = std::move(diagnosis.behind);
+  record.inside = std::move(diagnosis.inside);
+  record.mismatched = std::move(diagnosis.mismatched);
+  record.first = diagnosis.first;
+  record.detail = std::move(diagnosis.text);
+  return record;
 }
 
-ErrorInfo FailureHandler::explain_p2p(const Op& op, const std::exception_ptr& cause) {
+FailureRecord FailureHandler::explain_p2p(const Op& op, const std::exception_ptr& cause) {
   ErrorInfo info = classify(cause);
   std::string message = cat(where(op), " failed: ", info.message);
   auto lost = find_lost_ranks(*root_, {global_ranks_[op.peer]});
+  std::string detail;
   if (!lost.empty()) {
     info.kind = ErrorKind::PeerLost;
-    message += cat(". Rank ", op.peer, " was lost (", lost.front().second, ")");
+    detail = cat("Rank ", op.peer, " was lost (", lost.front().second, ")");
+    message += cat(". ", detail);
   }
-  return {info.kind, std::move(message)};
+  FailureRecord record = make_record(info.kind, &op, std::move(message));
+  if (!lost.empty()) record.lost = {lost.front().first};
+  record.detail = std::move(detail);
+  return record;
+}
+
+FailureRecord FailureHandler::make_record(ErrorKind kind, const Op* op, std::string message) const {
+  FailureRecord record;
+  record.kind = kind;
+  record.rank = global_ranks_.at(static_cast<std::size_t>(rank_));
+  record.group = group_;
+  if (op) {
+    record.op = describe(*op);
+    record.seq = static_cast<std::int64_t>(op->seq);
+  }
+  record.message = std::move(message);
+  return record;
 }
 
 std::string FailureHandler::explain_stall(const Op& op) {
@@ -70,10 +95,20 @@ std::string FailureHandler::explain_stall(const Op& op) {
   return detail::diagnose(op, rank_, peers).text;
 }
 
+void FailureHandler::record(const FailureRecord& failure) noexcept {
+  try {
+    diag_->set(failed_key(rank_), failure.message);
+  } catch (...) {
+  }
+  publish(failure);
+}
+
+void FailureHandler::publish(const FailureRecord& failure) noexcept { publish_failure(*root_, failure); }
+
 void FailureHandler::record(const std::string& message) noexcept {
   try {
-    diag_->set(failed_key(rank_), message);
-  } catch (...) {
+    record(make_record(ErrorKind::Other, nullptr, message));
+  } catch (...) {  // the copy of the message may fail to allocate; nothing else throws
   }
 }
 
@@ -91,28 +126,36 @@ Diagnosis FailureHandler::diagnose(const Op& op, ErrorKind kind) {
     Diagnosis diagnosis = detail::diagnose(op, rank_, peers);
     if (diagnosis.kind == Diagnosis::Kind::Lost || diagnosis.kind == Diagnosis::Kind::Mismatch) {
       // A rank that ended on an error it could not throw (group/last_words) said why first.
-      if (auto first = first_failure(false)) diagnosis.text += cat(diagnosis.text.ends_with('.') ? " " : ". ", *first);
+      if (auto first = first_failure(false)) {
+        diagnosis.text += cat(diagnosis.text.ends_with('.') ? " " : ". ", first->second);
+        diagnosis.first = global_ranks_[static_cast<std::size_t>(first->first)];
+      }
       return diagnosis;
     }
     if (!peers.store_error.empty()) return diagnosis;
-    if (auto first = first_failure(false)) return {Diagnosis::Kind::Behind, *first};
+    const auto follows = [&](std::pair<int, std::string> first) {
+      Diagnosis d{Diagnosis::Kind::Behind, std::move(first.second)};
+      d.first = global_ranks_[static_cast<std::size_t>(first.first)];
+      return d;
+    };
+    if (auto first = first_failure(false)) return follows(std::move(*first));
     // A peer's first note alone may be the echo of a loss whose record the store has not written
     // yet (that peer aborted its connections, and this rank failed of it): it waits for the grace.
     if (Clock::now() >= until) {
-      if (auto first = first_failure(true)) return {Diagnosis::Kind::Behind, *first};
+      if (auto first = first_failure(true)) return follows(std::move(*first));
       return diagnosis;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
 }
 
-std::optional<std::string> FailureHandler::first_failure(bool provisional) {
+std::optional<std::pair<int, std::string>> FailureHandler::first_failure(bool provisional) {
   try {
     for (int r = 0; r < static_cast<int>(global_ranks_.size()); ++r) {
       if (r == rank_) continue;
-      if (diag_->check({failed_key(r)})) return cat("Rank ", r, " failed first: ", diag_->get(failed_key(r)));
+      if (diag_->check({failed_key(r)})) return std::pair(r, cat("Rank ", r, " failed first: ", diag_->get(failed_key(r))));
       if (provisional && diag_->check({failing_key(r)})) {
-        return cat("Rank ", r, " failed first: ", diag_->get(failing_key(r)));
+        return std::pair(r, cat("Rank ", r, " failed first: ", diag_->get(failing_key(r))));
       }
     }
   } catch (...) {

@@ -15,6 +15,7 @@
 #include "ddp/store.h"
 #include "group/backend_set.h"
 #include "group/diagnosis.h"
+#include "group/failure_record.h"
 #include "group/op.h"
 #include "util/error_kind.h"
 
@@ -36,17 +37,23 @@ class FailureHandler {
   // the backend that ran it: "... on rank 1 (over nccl)".
   std::string where(const Op& op) const;
 
-  // The error a collective's failure becomes: where, how long it ran, the cause and what the
-  // peers were doing. Its kind follows the evidence (a lost peer: PeerLost; ranks that called
-  // different ops: Mismatch), else the cause's. Argument errors are passed on unexplained.
-  ErrorInfo explain(const Op& op, const std::exception_ptr& cause, std::chrono::milliseconds elapsed,
-                    std::chrono::milliseconds timeout);
+  // The error a collective's failure becomes, as text (record.message: where, how long it ran, the
+  // cause and what the peers were doing) and as data (the ranks it names). Its kind follows the
+  // evidence (a lost peer: PeerLost; ranks that called different ops: Mismatch), else the cause's.
+  // Argument errors are passed on unexplained.
+  FailureRecord explain(const Op& op, const std::exception_ptr& cause, std::chrono::milliseconds elapsed,
+                        std::chrono::milliseconds timeout);
   // The same for a send or recv: names the peer when the store records it as lost.
-  ErrorInfo explain_p2p(const Op& op, const std::exception_ptr& cause);
+  FailureRecord explain_p2p(const Op& op, const std::exception_ptr& cause);
   // What a caller's Work::wait(timeout) on `op` reports when it runs out.
   std::string explain_stall(const Op& op);
 
-  // Leaves this rank's failure where the peers' explanations find it. Never throws.
+  // Leaves this rank's failure where the peers' explanations (its text) and ddprun (the record,
+  // group/failure_record.h) find it. Never throws.
+  void record(const FailureRecord& failure) noexcept;
+  // Leaves the record for ddprun only (a send or recv's failure concerns its peer, not the group).
+  void publish(const FailureRecord& failure) noexcept;
+  // The same as record() for an error that is only text (group/last_words: one the process could not throw).
   void record(const std::string& message) noexcept;
   // A first note of a lost peer, before this rank has explained its failure (and before it aborts
   // its connections, which makes its peers fail too): the peers name it only when nothing better
@@ -55,8 +62,10 @@ class FailureHandler {
 
  private:
   Diagnosis diagnose(const Op& op, ErrorKind kind);
-  // The first other rank's note: the explained ones, or with `provisional` the first notes too.
-  std::optional<std::string> first_failure(bool provisional);
+  // The first other rank's note ("Rank N failed first: ...") and its group rank: the explained
+  // ones, or with `provisional` the first notes too.
+  std::optional<std::pair<int, std::string>> first_failure(bool provisional);
+  FailureRecord make_record(ErrorKind kind, const Op* op, std::string message) const;
 
   std::shared_ptr<Store> diag_;
   std::shared_ptr<Store> root_;  // where the store server writes lost-rank records, on diag_'s connection

@@ -112,19 +112,21 @@ void join_group(Store& store, const std::string& name, int rank, int size, std::
   store.set(cat("joined/", rank), me);
   const auto missing = wait_for_ranks(store, "joined/", size, timeout);
   if (missing.ranks.empty()) return;
-  throw TimeoutError(cat("group '", name, "': rank", missing.ranks.size() == 1 ? " " : "s ", join(missing.ranks), " of ",
-                         size, " did not join within ", format_duration(missing.waited),
-                         ". They may not have been started, may have crashed before joining, or may be using another "
-                         "MASTER_ADDR/MASTER_PORT or WORLD_SIZE."));
+  throw RanksMissingError(cat("group '", name, "': rank", missing.ranks.size() == 1 ? " " : "s ", join(missing.ranks),
+                              " of ", size, " did not join within ", format_duration(missing.waited),
+                              ". They may not have been started, may have crashed before joining, or may be using "
+                              "another MASTER_ADDR/MASTER_PORT or WORLD_SIZE."),
+                          missing.ranks);
 }
 
 void all_connected(Store& store, const std::string& name, int rank, int size, std::chrono::milliseconds timeout) {
   store.set(cat("connected/", rank), "1");
   const auto missing = wait_for_ranks(store, "connected/", size, timeout);
   if (missing.ranks.empty()) return;
-  throw TimeoutError(cat("group '", name, "': rank", missing.ranks.size() == 1 ? " " : "s ", join(missing.ranks), " of ",
-                         size, " did not finish connecting within ", format_duration(missing.waited),
-                         "; their output says why (a backend that failed to set up)"));
+  throw RanksMissingError(cat("group '", name, "': rank", missing.ranks.size() == 1 ? " " : "s ", join(missing.ranks),
+                              " of ", size, " did not finish connecting within ", format_duration(missing.waited),
+                              "; their output says why (a backend that failed to set up)"),
+                          missing.ranks);
 }
 
 }  // namespace ddp::detail

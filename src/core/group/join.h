@@ -6,10 +6,25 @@
 #include <chrono>
 #include <exception>
 #include <string>
+#include <vector>
+
+#include "ddp/error.h"
 
 #include "ddp/store.h"
 
 namespace ddp::detail {
+
+// The TimeoutError of join_group and all_connected: also names, as data, the group ranks that did
+// not arrive (for the failure record, group/failure_record.h).
+class RanksMissingError : public TimeoutError {
+ public:
+  RanksMissingError(const std::string& message, std::vector<int> ranks)
+      : TimeoutError(message), ranks_(std::move(ranks)) {}
+  const std::vector<int>& ranks() const { return ranks_; }
+
+ private:
+  std::vector<int> ranks_;
+};
 
 // Blocks until all `size` ranks of group `name` joined. Throws MismatchError when two processes
 // claim one rank or the ranks disagree on the size (every waiting rank fails with the first
