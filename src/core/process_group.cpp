@@ -127,7 +127,7 @@ struct ProcessGroup::State {
       }
       failures->record(info);  // lets the peers (and ddprun) name the rank that failed first
       detail::log(detail::LogLevel::Error, info.message);
-      if (first) flight->dump(info.message);
+      if (first) flight->dump(info.message, &info);
     }
     return failure;
   }
@@ -206,7 +206,7 @@ struct ProcessGroup::State {
         const auto info = failures->explain_p2p(op, std::current_exception());
         if (info.kind == ErrorKind::PeerLost || info.kind == ErrorKind::Timeout) {
           failures->publish(info);
-          flight->dump(info.message);
+          flight->dump(info.message, &info);
         }
         work->finish(detail::make_error(info.kind, info.message));
       }

@@ -4,6 +4,7 @@
 #include "command.h"
 #include "ddp/error.h"
 #include "support/launch.h"
+#include "support/expect_error.h"
 
 namespace ddp::launcher {
 namespace {
@@ -14,13 +15,7 @@ Command resolve(const std::vector<std::string>& args, std::map<std::string, std:
 }
 
 std::string error_of(const std::vector<std::string>& args, std::map<std::string, std::string> env = {}) {
-  try {
-    resolve(args, std::move(env));
-  } catch (const InvalidArgument& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no error";
-  return {};
+  return ::ddp::test::expect_error<InvalidArgument>([&] { resolve(args, std::move(env)); }, {});
 }
 
 TEST(Command, AProgramByPathOrName) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "support/expect_error.h"
 #include "support/launch.h"
 
 namespace ddp::launcher::test {
@@ -43,12 +44,6 @@ inline std::map<int, std::map<std::string, std::string>> printed_env(const std::
   return env;
 }
 
-inline void expect_contains(const std::string& text, const std::vector<std::string>& fragments,
-                            const std::string& context = "") {
-  for (const auto& f : fragments) {
-    EXPECT_NE(text.find(f), std::string::npos) << "missing '" << f << "' in:\n" << (context.empty() ? text : context);
-  }
-}
 
 // Waits until every pid is gone (or a zombie); false after `deadline`.
 inline bool all_gone(const std::vector<pid_t>& pids, std::chrono::milliseconds deadline = std::chrono::seconds(5)) {

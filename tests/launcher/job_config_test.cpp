@@ -4,6 +4,7 @@
 #include "ddp/error.h"
 #include "job_config.h"
 #include "slurm.h"
+#include "support/expect_error.h"
 
 namespace ddp::launcher {
 namespace {
@@ -15,18 +16,10 @@ JobConfig config_of(const std::vector<std::string>& args, std::map<std::string, 
 
 std::string error_of(const std::vector<std::string>& args, std::map<std::string, std::string> env = {},
                      MachineInfo machine = {8, 0}) {
-  try {
-    config_of(args, std::move(env), machine);
-  } catch (const InvalidArgument& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no error";
-  return {};
+  return ::ddp::test::expect_error<InvalidArgument>([&] { config_of(args, std::move(env), machine); }, {});
 }
 
-void expect_contains(const std::string& text, const std::vector<std::string>& fragments) {
-  for (const auto& f : fragments) EXPECT_NE(text.find(f), std::string::npos) << "missing '" << f << "' in: " << text;
-}
+using ::ddp::test::expect_contains;
 
 TEST(JobConfig, SingleNodeDefaults) {
   const JobConfig c = config_of({"p"});

@@ -3,23 +3,16 @@
 
 #include "ddp/error.h"
 #include "options.h"
+#include "support/expect_error.h"
 
 namespace ddp::launcher {
 namespace {
 
 std::string error_of(const std::vector<std::string>& args) {
-  try {
-    parse_command_line(args);
-  } catch (const InvalidArgument& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no error";
-  return {};
+  return ::ddp::test::expect_error<InvalidArgument>([&] { parse_command_line(args); }, {});
 }
 
-void expect_contains(const std::string& text, const std::vector<std::string>& fragments) {
-  for (const auto& f : fragments) EXPECT_NE(text.find(f), std::string::npos) << "missing '" << f << "' in: " << text;
-}
+using ::ddp::test::expect_contains;
 
 TEST(Options, DefaultsMatchTorchrun) {
   const Options o = parse_command_line({"./train"});

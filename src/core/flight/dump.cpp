@@ -16,7 +16,7 @@ namespace ddp::detail {
 namespace {
 
 constexpr std::string_view kMagic = "ddp-flight-recorder";
-constexpr int kVersion = 1;
+constexpr int kVersion = 2;  // 2: a "failure" line after "reason"; version 1 dumps are read too
 
 // ---- Strings in the text form: one word each. Bytes other than these are %XX; "" is "-".
 bool is_plain(unsigned char c) {
@@ -232,7 +232,8 @@ Op to_op(const FlightEntry& e) {
 std::string encode(const FlightDump& d) {
   std::string out = cat(kMagic, " ", kVersion, "\n");
   out += cat("rank ", d.rank, "\npid ", d.pid, "\nhost ", escape(d.host), "\njob ", escape(d.job), "\nrestart ",
-             d.restart, "\ntime_ns ", d.time_ns, "\nreason ", escape(d.reason), "\ncapacity ", d.capacity,
+             d.restart, "\ntime_ns ", d.time_ns, "\nreason ", escape(d.reason), "\nfailure ",
+             d.failure ? escape(encode(*d.failure)) : std::string("-"), "\ncapacity ", d.capacity,
              "\nrecorded ", d.recorded, "\ngroups ", d.groups.size(), "\n");
   for (const auto& g : d.groups) {
     out += cat("group ", escape(g.name), " ", g.rank, " ", g.size, " ", ranks_text(g.global_ranks), "\n");
@@ -257,7 +258,7 @@ FlightDump parse_dump(std::string_view text, const std::string& source) {
     in.fail(cat("not a flight recorder dump: it begins with ", quote(text.substr(0, 24)), ", not \"", kMagic, "\""));
   }
   const int version = in.number<int>(head[1], "the version");
-  if (version != kVersion) {
+  if (version != kVersion && version != 1) {
     in.fail(cat("version ", version, "; this ddp reads version ", kVersion, " (use the ddp-trace of the ddp that wrote it)"));
   }
   FlightDump d;
@@ -268,6 +269,16 @@ FlightDump parse_dump(std::string_view text, const std::string& source) {
   d.restart = in.number<int>(in.field("restart", 1)[0], "the restart count", 0);
   d.time_ns = in.number<std::int64_t>(in.field("time_ns", 1)[0], "the time", 0);
   d.reason = in.text(in.field("reason", 1)[0], "the reason");
+  if (version >= 2) {
+    const auto word = in.field("failure", 1)[0];
+    if (word != "-") {
+      try {
+        d.failure = decode_failure_record(in.text(word, "the failure record"));
+      } catch (const IOError& e) {
+        in.fail(e.what());
+      }
+    }
+  }
   d.capacity = in.number<std::uint64_t>(in.field("capacity", 1)[0], "the capacity");
   d.recorded = in.number<std::uint64_t>(in.field("recorded", 1)[0], "the number recorded");
   // Counts are checked against what follows, line by line: nothing is reserved on their word.

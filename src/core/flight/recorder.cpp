@@ -307,23 +307,25 @@ std::string FlightRecorder::path() const {
   return rank_ < 0 ? "" : flight_dump_path(dir_, rank_);
 }
 
-std::string FlightRecorder::write(const std::string& reason) {
+std::string FlightRecorder::write(const std::string& reason, const FailureRecord* failure) {
   const std::string target = path();
   if (target.empty()) {
     throw InvalidArgument("flight recorder: no process group has been created yet, so there is nothing to dump (and "
                           "no rank to name the dump after)");
   }
-  const std::string text = encode(snapshot(reason));
+  FlightDump dump = snapshot(reason);
+  if (failure) dump.failure = *failure;
+  const std::string text = encode(dump);
   std::lock_guard lock(write_mutex_);  // a failure and a signal may dump at once: one temporary at a time
   make_folders(dir_);
   write_file(target, text);
   return target;
 }
 
-std::optional<std::string> FlightRecorder::dump(const std::string& reason) noexcept {
+std::optional<std::string> FlightRecorder::dump(const std::string& reason, const FailureRecord* failure) noexcept {
   if (!enabled()) return std::nullopt;
   try {
-    const std::string written = write(reason);
+    const std::string written = write(reason, failure);
     std::uint64_t kept;
     {
       std::lock_guard lock(mutex_);

@@ -66,13 +66,14 @@ class FlightRecorder {
   // The file write() writes; "" until the first group is added.
   std::string path() const;
 
-  // Writes snapshot(reason) to path(): a temporary file, then a rename, so that a reader sees a
-  // whole dump or the previous one. Creates the folder. Returns the path; throws IOError naming it.
-  std::string write(const std::string& reason);
+  // Writes snapshot(reason), with `failure` as data when given, to path(): a temporary file, then a
+  // rename, so that a reader sees a whole dump or the previous one. Creates the folder. Returns the
+  // path; throws IOError naming it.
+  std::string write(const std::string& reason, const FailureRecord* failure = nullptr);
 
   // write() from a failure path: never throws; logs where the dump went (or why it could not be
   // written) and returns the path written, if any.
-  std::optional<std::string> dump(const std::string& reason) noexcept;
+  std::optional<std::string> dump(const std::string& reason, const FailureRecord* failure = nullptr) noexcept;
 
  private:
   // One entry of the ring. What issued() writes is guarded by mutex_; what started() and ended()

@@ -24,6 +24,9 @@ FlightDump sample() {
   d.restart = 2;
   d.time_ns = 1'764'000'000'123'456'789;
   d.reason = "all_reduce #21 (float32 x 1000, SUM) in group 'world' on rank 1 timed out after 5.0 s\nnext line 100%";
+  d.failure = FailureRecord{.kind = ErrorKind::Timeout, .rank = 1, .group = "world",
+                            .op = "all_reduce #21 (float32 x 1000, SUM)", .seq = 21, .behind = {2},
+                            .detail = "Ranks that had not reached all_reduce #21", .message = d.reason};
   d.capacity = 4;
   d.recorded = 7;
   d.groups = {{"world", 1, 3, {0, 1, 2}}, {"-", 0, 2, {1, 2}}};
@@ -76,6 +79,17 @@ TEST(FlightDump, ReadsBackExactlyWhatWasWritten) {
   EXPECT_EQ(describe(to_op(d.entries[2])), "scatter #21 (bfloat16 x 8, root 2)");
   FlightDump empty;
   EXPECT_EQ(parse_dump(encode(empty), "empty"), empty);
+  EXPECT_NE(encode(empty).find("\nfailure -\n"), std::string::npos) << "no failure wrote it";
+}
+
+TEST(FlightDump, AVersionOneDumpHasNoFailureAndReadsAsBefore) {
+  FlightDump d = sample();
+  std::string text = encode(d);
+  text.replace(text.find("ddp-flight-recorder 2"), 21, "ddp-flight-recorder 1");
+  const std::size_t line = text.find("\nfailure ");
+  text.erase(line, text.find('\n', line + 1) - line);
+  d.failure.reset();
+  EXPECT_EQ(parse_dump(text, "old"), d) << text;
 }
 
 // Replaces the first `from` in the sample's text with `to`.
@@ -96,12 +110,14 @@ TEST(FlightDump, EveryFaultIsAnIOErrorNamingTheFileLineAndFault) {
   const std::string whole = encode(sample());
   fails("", {"truncated after line 0"});
   fails("PK\x03\x04 a zip file\n", {"line 1", "not a flight recorder dump", "PK"});
-  fails(damaged("ddp-flight-recorder 1", "ddp-flight-recorder 9"), {"line 1", "version 9", "reads version 1"});
-  fails(whole.substr(0, whole.size() - 4), {"truncated after line 17", "\"end\"", "died while writing"});
-  fails(whole.substr(0, whole.size() - 1), {"line 18", "the line has no end"});
-  fails(whole.substr(0, whole.find("all_reduce 0 20")), {"truncated after line 14", "an entry"});
+  fails(damaged("ddp-flight-recorder 2", "ddp-flight-recorder 9"), {"line 1", "version 9", "reads version 2"});
+  fails(whole.substr(0, whole.size() - 4), {"truncated after line 18", "\"end\"", "died while writing"});
+  fails(whole.substr(0, whole.size() - 1), {"line 19", "the line has no end"});
+  fails(whole.substr(0, whole.find("all_reduce 0 20")), {"truncated after line 15", "an entry"});
   fails(whole + "more\n", {"text after the \"end\" line"});
   fails(damaged("rank 1\n", "rank one\n"), {"line 2", "the rank is \"one\", not a number"});
+  fails(damaged("kind%20timeout", "kind%20slow"), {"line 9", "failure record: unknown kind \"slow\""});
+  fails(damaged("\nfailure ", "\nfailures "), {"line 9", "expected \"failure\", found \"failures\""});
   fails(damaged("rank 1\n", "rank -1\n"), {"line 2", "the rank is -1, outside 0 to"});
   fails(damaged("pid 4242\n", "pid  4242\n"), {"line 3", "an empty field"});
   fails(damaged("pid 4242\n", "pid 4242 7\n"), {"line 3", "\"pid\" takes 1 value, found 2"});
@@ -118,7 +134,7 @@ TEST(FlightDump, EveryFaultIsAnIOErrorNamingTheFileLineAndFault) {
   fails(damaged("group world 1 3 0,1,2", "group world 1 3 0,1,2,3"), {"more global ranks than the group's 3"});
   fails(damaged("group world 1 3 0,1,2", "group world 1 3 0,,2"), {"a global rank is \"\""});
   fails(damaged("group world 1 3 0,1,2", "group world 1 0 -"), {"the group's size is 0"});
-  fails(damaged("all_reduce 0 20", "all_reduce 2 20"), {"line 15", "group index 2 but the dump lists 2 groups"});
+  fails(damaged("all_reduce 0 20", "all_reduce 2 20"), {"line 16", "group index 2 but the dump lists 2 groups"});
   fails(damaged("all_reduce 0 20", "all_gossip 0 20"), {"unknown operation \"all_gossip\""});
   fails(damaged("float32 1000", "float33 1000"), {"unknown element type \"float33\""});
   fails(damaged(" SUM -1", " SUMMA -1"), {"unknown reduction \"SUMMA\""});

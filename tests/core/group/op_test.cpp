@@ -15,6 +15,7 @@
 #include "group/progress.h"
 #include "reduce/half.h"
 #include "reduce/reduce.h"
+#include "support/expect_error.h"
 
 namespace ddp::detail {
 namespace {
@@ -23,12 +24,7 @@ float data[64];
 Buffer buf(std::size_t n, DataType t = DataType::Float32) { return Buffer{data, n, t}; }
 
 std::string error_of(const Op& op, int rank, int size) {
-  try {
-    validate(op, rank, size);
-  } catch (const InvalidArgument& e) {
-    return e.what();
-  }
-  return "no error";
+  return test::message_of<InvalidArgument>([&] { validate(op, rank, size); });
 }
 
 TEST(OpValidation, NamesEachBadArgument) {

@@ -6,6 +6,7 @@
 
 #include "ddp/error.h"
 #include "init/init_method.h"
+#include "support/expect_error.h"
 
 namespace ddp::detail {
 namespace {
@@ -19,12 +20,7 @@ EnvLookup env_of(std::map<std::string, std::string> vars) {
 }
 
 std::string error_of(std::map<std::string, std::string> vars) {
-  try {
-    read_launch_env(env_of(std::move(vars)));
-  } catch (const InvalidArgument& e) {
-    return e.what();
-  }
-  return "no error";
+  return test::message_of<InvalidArgument>([&] { read_launch_env(env_of(std::move(vars))); });
 }
 
 TEST(LaunchEnv, ReadsTorchrunVariables) {

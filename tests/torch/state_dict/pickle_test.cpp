@@ -7,6 +7,7 @@
 #include "ddp/error.h"
 #include "state_dict/pickle_reader.h"
 #include "state_dict/pickle_writer.h"
+#include "support/expect_error.h"
 
 namespace ddp::detail::pickle {
 namespace {
@@ -27,12 +28,7 @@ const Value& entry(const Pickle& p, std::size_t dict, const std::string& key) {
 }
 
 std::string error_of(std::string_view bytes, PersistentIds ids = PersistentIds::Zip) {
-  try {
-    read(bytes, ids);
-  } catch (const IOError& e) {
-    return e.what();
-  }
-  return "(no error)";
+  return test::message_of<IOError>([&] { read(bytes, ids); });
 }
 
 // pickle.dumps({"a": [1, -1, 300, -70000, 2**40, -2**63, 2**70], "b": (1.5, None, True, False),
