@@ -83,7 +83,7 @@ function(ddp_gloo target)
   set(_dir ${PROJECT_SOURCE_DIR}/src/core)
   # Hidden: nothing outside ddp binds to ddp's Gloo or to the Gloo code ddp's sources instantiate.
   add_library(${target}_gloo OBJECT ${_dir}/gloo/gloo_backend.cpp ${_dir}/gloo/doubling.cpp ${_dir}/gloo/termination.cpp
-    ${_dir}/gloo/binding.cpp)
+    ${_dir}/gloo/binding.cpp ${_dir}/gloo/device.cpp ${_dir}/gloo/store_adapter.cpp)
   set_target_properties(${target}_gloo PROPERTIES CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
   target_include_directories(${target}_gloo PRIVATE ${PROJECT_SOURCE_DIR}/include ${_dir})
   if(DDP_GLOO_MODE STREQUAL "PRIVATE")

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <thread>
 
 #include "support/exec_image.h"
@@ -109,6 +110,20 @@ std::string tail(const std::string& text, std::size_t max = 12000) {
 }  // namespace
 
 bool is_rank_process() { return std::getenv(kWorkerVar) != nullptr; }
+
+void stop_this_rank() {
+  const char* file = std::getenv("PID_FILE");
+  if (!file) throw std::logic_error("stop_this_rank: the test gave its ranks no PID_FILE");
+  std::ofstream(file) << ::getpid();
+  ::raise(SIGSTOP);
+}
+
+int stopped_rank_pid() {
+  const char* file = std::getenv("PID_FILE");
+  int pid = 0;
+  if (file) std::ifstream(file) >> pid;
+  return pid;
+}
 
 int free_port() {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);

@@ -54,4 +54,10 @@ int free_port();
 RankResult run_command(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
                        std::chrono::seconds deadline);
 
+// A stopped peer, for the tests of what the others see: the rank writes its pid to the file that
+// $PID_FILE names (RunOptions::env) and stops itself (SIGSTOP), until a running rank ends it with
+// the pid that stopped_rank_pid() reads back (0 while there is none). List it in RunOptions::killed.
+void stop_this_rank();
+int stopped_rank_pid();
+
 }  // namespace ddp::test

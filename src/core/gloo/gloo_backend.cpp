@@ -8,27 +8,19 @@
 #include <gloo/gather.h>
 #include <gloo/reduce.h>
 #include <gloo/rendezvous/context.h>
-#include <gloo/rendezvous/store.h>
 #include <gloo/scatter.h>
-#include <gloo/transport/tcp/device.h>
 
 #include <algorithm>
-#include <csignal>
 #include <cstring>
 #include <cstdlib>
-#include <map>
-#include <mutex>
 #include <type_traits>
-#include <unordered_map>
 #include <vector>
 
 #include "ddp/error.h"
-#include "ddp/store.h"
-#include "gloo/binding.h"
+#include "gloo/device.h"
 #include "gloo/doubling.h"
 #include "gloo/gloo_backend.h"
-#include "gloo/termination.h"
-#include "net/socket.h"
+#include "gloo/store_adapter.h"
 #include "reduce/reduce.h"
 #include "util/error_kind.h"
 #include "util/log.h"
@@ -36,36 +28,6 @@
 
 namespace ddp::detail {
 namespace {
-
-// Gloo's rendezvous talks to our store through this. Gloo waits for each peer's key and then
-// gets it; the wait here is a multi_get whose values the get then takes, so each peer's record
-// costs one request instead of two.
-class StoreAdapter : public gloo::rendezvous::Store {
- public:
-  explicit StoreAdapter(ddp::Store& store) : store_(store) {}
-  void set(const std::string& key, const std::vector<char>& data) override {
-    store_.set(key, std::string(data.begin(), data.end()));
-  }
-  std::vector<char> get(const std::string& key) override {
-    auto waited = fetched_.find(key);
-    if (waited != fetched_.end()) {
-      std::vector<char> value(waited->second.begin(), waited->second.end());
-      fetched_.erase(waited);
-      return value;
-    }
-    auto value = store_.get(key);
-    return {value.begin(), value.end()};
-  }
-  void wait(const std::vector<std::string>& keys) override { wait(keys, store_.timeout()); }
-  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
-    auto values = store_.multi_get(keys, timeout);
-    for (std::size_t i = 0; i < keys.size(); ++i) fetched_[keys[i]] = std::move(values[i]);
-  }
-
- private:
-  ddp::Store& store_;
-  std::unordered_map<std::string, std::string> fetched_;  // waited for, not yet taken by a get
-};
 
 std::chrono::milliseconds remaining(Backend::Deadline deadline) {
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
@@ -105,74 +67,6 @@ void guarded(std::string_view what, Backend::Deadline deadline, Fn&& fn) {
   }
 }
 
-// The address or interface Gloo listens on (see make_gloo_backend).
-gloo::transport::tcp::attr device_attr(const std::string& master_addr, const GlooPlacement& placement) {
-  gloo::transport::tcp::attr attr;
-  for (const char* name : {"DDP_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"}) {
-    const char* iface = std::getenv(name);
-    if (iface && *iface) {
-      attr.iface = iface;
-      return attr;
-    }
-  }
-  if (!master_addr.empty()) {
-    if (is_loopback_host(master_addr)) {
-      attr.hostname = "127.0.0.1";
-      return attr;
-    }
-    attr.hostname = local_address_toward(master_addr);
-    if (!attr.hostname.empty()) return attr;
-  }
-  if (placement.one_network) {
-    attr.hostname = "127.0.0.1";
-    return attr;
-  }
-  attr.hostname = local_hostname();
-  if (!resolves(attr.hostname)) {
-    throw IOError(cat("gloo cannot choose an address to listen on: this host's name ", quote(attr.hostname),
-                      " does not resolve (no /etc/hosts entry or DNS record), and the ranks are not all in one "
-                      "network namespace",
-                      master_addr.empty() ? std::string(" and no master address is known (file:// init)")
-                                          : cat(" and the master address ", quote(master_addr), " does not resolve either"),
-                      ". Set GLOO_SOCKET_IFNAME to the interface that reaches the other hosts (see `ip addr`), or "
-                      "add this host's name to /etc/hosts."));
-  }
-  return attr;
-}
-
-// Gloo writes to its sockets with writev, which raises SIGPIPE once a peer has died; by default
-// that kills this process before its error can name the dead peer (ranks died of signal 13 in
-// CI). So SIGPIPE is ignored, as Python does at startup, unless the program has its own handler.
-void ignore_sigpipe() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    struct sigaction current {};
-    if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
-  });
-}
-
-// One device (one I/O thread) per interface, shared by every group of the process.
-std::shared_ptr<gloo::transport::Device> shared_device(const std::string& master_addr, const GlooPlacement& placement) {
-  check_gloo_binding();  // before any call could land in another process-wide Gloo
-  ignore_sigpipe();
-  explain_gloo_terminations();  // the one thread of each device: an exception there ends the process
-  static std::mutex mutex;
-  static std::map<std::string, std::shared_ptr<gloo::transport::Device>> devices;
-  auto attr = device_attr(master_addr, placement);
-  const std::string key = attr.iface.empty() ? "host:" + attr.hostname : "iface:" + attr.iface;
-  std::lock_guard lock(mutex);
-  auto& device = devices[key];
-  if (!device) {
-    try {
-      device = gloo::transport::tcp::CreateDevice(attr);
-    } catch (const std::exception& e) {
-      throw IOError(cat("gloo cannot open a socket on ", attr.iface.empty() ? "address " + attr.hostname : "interface " + attr.iface,
-                        ": ", e.what(), ". Name the interface that reaches the other hosts with GLOO_SOCKET_IFNAME (see `ip addr`)."));
-    }
-  }
-  return device;
-}
-
 class GlooBackend final : public Backend {
  public:
   GlooBackend(const BackendContext& ctx, const GlooPlacement& placement, std::size_t doubling_bytes)
@@ -184,7 +78,7 @@ class GlooBackend final : public Backend {
     auto device = shared_device(ctx.master_addr, placement);
     auto context = std::make_shared<gloo::rendezvous::Context>(ctx.rank, ctx.size);
     context->setTimeout(ctx.timeout);
-    StoreAdapter store(*ctx.store);
+    GlooStore store(*ctx.store);
     const auto deadline = std::chrono::steady_clock::now() + ctx.timeout;
     guarded("connecting the full mesh", deadline, [&] { context->connectFullMesh(store, device); });
     context_ = std::move(context);

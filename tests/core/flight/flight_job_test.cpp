@@ -95,8 +95,7 @@ TEST(FlightRecorderJobs, AStoppedRankIsNamedWithoutItsDumpAndWithIt) {
     float x = 1;
     group->all_reduce(buffer_of(&x, 1))->wait();
     if (rank == 1) {
-      std::ofstream(std::getenv("PID_FILE")) << ::getpid();
-      ::raise(SIGSTOP);
+      test::stop_this_rank();
       for (;;) ::pause();  // continued only to write its dump (SIGUSR1), then killed
     }
     // A timeout, or (on the rank that did not time out first) its peer giving up.
@@ -106,8 +105,7 @@ TEST(FlightRecorderJobs, AStoppedRankIsNamedWithoutItsDumpAndWithIt) {
     // Rank 1 is stopped and cannot write: it is named from the others' dumps alone ...
     expect_finding(analyze_folder(dump_dir()), Kind::NoDump, 1, {1});
     // ... and, continued long enough to answer SIGUSR1, from its own: it never called #1.
-    int pid = 0;
-    std::ifstream(std::getenv("PID_FILE")) >> pid;
+    const int pid = test::stopped_rank_pid();
     ASSERT_GT(pid, 0);
     ::kill(pid, SIGUSR1);
     ::kill(pid, SIGCONT);

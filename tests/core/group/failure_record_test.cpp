@@ -117,16 +117,13 @@ TEST(FailureRecords, ARankThatTimesOutOnAStoppedPeerRecordsItAsBehind) {
     float x = 1;
     group->all_reduce(buffer_of(&x, 1))->wait();
     if (rank == 1) {
-      std::ofstream(std::getenv("PID_FILE")) << ::getpid();
-      ::raise(SIGSTOP);
+      test::stop_this_rank();
       return;
     }
     const std::string message = expect_error<TimeoutError>([&] { group->all_reduce(buffer_of(&x, 1))->wait(); },
                                                            {"all_reduce #1"});
     const auto record = record_in_job_store(0);  // the group's store, hosted by this rank
-    int pid = 0;
-    std::ifstream(std::getenv("PID_FILE")) >> pid;
-    if (pid > 0) ::kill(pid, SIGKILL);
+    if (const int pid = test::stopped_rank_pid(); pid > 0) ::kill(pid, SIGKILL);
     ASSERT_TRUE(record);
     EXPECT_EQ(record->kind, ErrorKind::Timeout);
     EXPECT_EQ(record->rank, 0);

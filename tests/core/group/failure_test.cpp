@@ -183,9 +183,8 @@ TEST(Failures, AStoppedPeerTimesOutNamingItAndWhereItStopped) {
     float x = 1;
     group->all_reduce(buffer_of(&x, 1))->wait();
     if (rank == 1) {
-      std::ofstream(std::getenv("PID_FILE")) << ::getpid();
       std::this_thread::sleep_for(300ms);  // let the progress record reach the store
-      ::raise(SIGSTOP);
+      test::stop_this_rank();
       return;
     }
     const auto start = Clock::now();
@@ -193,9 +192,7 @@ TEST(Failures, AStoppedPeerTimesOutNamingItAndWhereItStopped) {
                                {"all_reduce #1 (float32 x 1, SUM) in group 'world' on rank 0 timed out",
                                 "had not reached all_reduce #1", "rank 1: its last was all_reduce #0", "SIGSTOP"});
     EXPECT_LT(Clock::now() - start, 13s);
-    int pid = 0;
-    std::ifstream(std::getenv("PID_FILE")) >> pid;
-    if (pid > 0) ::kill(pid, SIGKILL);
+    if (const int pid = test::stopped_rank_pid(); pid > 0) ::kill(pid, SIGKILL);
   }, {.env = {{"PID_FILE", pid_file}}, .killed = {1}});
   if (!test::is_rank_process()) ::unlink(pid_file.c_str());
 }

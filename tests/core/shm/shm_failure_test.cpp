@@ -280,9 +280,8 @@ TEST(ShmFailures, AStoppedPeerTimesOutNamingIt) {
     float x = 1;
     group->all_reduce(buffer_of(&x, 1))->wait();
     if (rank == 2) {
-      std::ofstream(std::getenv("PID_FILE")) << ::getpid();
       std::this_thread::sleep_for(300ms);  // let the progress record reach the store
-      ::raise(SIGSTOP);
+      test::stop_this_rank();
       return;
     }
     std::vector<float> data(1 << 20, 1.0f);  // large: the two-step path
@@ -296,8 +295,7 @@ TEST(ShmFailures, AStoppedPeerTimesOutNamingIt) {
     EXPECT_EQ(message.find("waited for rank " + std::to_string(1 - rank)), std::string::npos)
         << "only the stopped rank is missing: " << message;
     if (rank == 0) {
-      int stopped = 0;
-      std::ifstream(std::getenv("PID_FILE")) >> stopped;
+      const int stopped = test::stopped_rank_pid();
       EXPECT_NE(message.find("rank 2 (pid " + std::to_string(stopped) + ")"), std::string::npos) << message;
       // Rank 1 reads the pid file and the store (rank 0 hosts it) too: rank 0 stays until it is done.
       for (int i = 0; i < 600 && ::access(std::getenv("DONE_FILE"), F_OK) != 0; ++i) std::this_thread::sleep_for(50ms);
