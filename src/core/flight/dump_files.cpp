@@ -1,11 +1,18 @@
 #include "flight/dump_files.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <system_error>
 
 #include "ddp/error.h"
+#include "flight/config.h"
 #include "util/strings.h"
 
 namespace ddp::detail {
@@ -17,7 +24,48 @@ bool is_dump_name(const std::string& name) {
   return name.size() > kSuffix.size() && name.compare(name.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0;
 }
 
+// mkdir -p. Throws IOError naming the folder that could not be made.
+void make_folders(const std::string& path) {
+  for (std::size_t pos = 1; pos <= path.size(); ++pos) {
+    if (pos < path.size() && path[pos] != '/') continue;
+    const std::string partial = path.substr(0, pos);
+    if (::mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST) {
+      throw IOError(cat("flight recorder: cannot create the folder ", partial, " for the dump: ", std::strerror(errno),
+                        ". Set ", kFlightDirVariable, " to a folder this process may write to"));
+    }
+  }
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  const std::string temp = cat(path, ".tmp", ::getpid());
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw IOError(cat("flight recorder: cannot create ", temp, ": ", std::strerror(errno)));
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int error = n < 0 ? errno : ENOSPC;
+      ::close(fd);
+      ::unlink(temp.c_str());
+      throw IOError(cat("flight recorder: cannot write ", temp, ": ", std::strerror(error)));
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  if (::rename(temp.c_str(), path.c_str()) != 0) {
+    const int error = errno;
+    ::unlink(temp.c_str());
+    throw IOError(cat("flight recorder: cannot rename ", temp, " to ", path, ": ", std::strerror(error)));
+  }
+}
+
 }  // namespace
+
+void write_dump_file(const std::string& dir, const std::string& path, const std::string& text) {
+  make_folders(dir);
+  write_file(path, text);
+}
 
 LoadedDumps load_dumps(const std::vector<std::string>& paths) {
   LoadedDumps out;

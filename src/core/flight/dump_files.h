@@ -1,5 +1,6 @@
-// Finding and reading the dumps of one run: the *.flight files of a folder (or files named one by
-// one), the newest run's only. Reading a dump is bounded by its file's real size (flight/dump.h).
+// A dump's file: writing it whole, and finding and reading the dumps of one run (the *.flight files
+// of a folder, or files named one by one, the newest run's only). Reading a dump is bounded by its
+// file's real size (flight/dump.h).
 #pragma once
 
 #include <string>
@@ -8,6 +9,10 @@
 #include "flight/dump.h"
 
 namespace ddp::detail {
+
+// Writes `text` to `path` in folder `dir` (made when missing): a temporary file, then a rename, so
+// that a reader sees a whole dump or the previous one. Throws IOError naming the folder or file.
+void write_dump_file(const std::string& dir, const std::string& path, const std::string& text);
 
 struct LoadedDumps {
   std::vector<FlightDump> dumps;      // one per rank, of the run with the newest dump, by rank

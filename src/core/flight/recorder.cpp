@@ -1,24 +1,18 @@
 #include "flight/recorder.h"
 
-#include <cxxabi.h>
-#include <dlfcn.h>
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdlib>
-#include <cstring>
-#include <thread>
 #include <unordered_map>
 
 #include "ddp/error.h"
 #include "ddp/flight_recorder.h"
+#include "flight/caller.h"
 #include "flight/config.h"
+#include "flight/dump_files.h"
+#include "flight/signal_dumps.h"
 #include "net/socket.h"
 #include "util/log.h"
 
@@ -29,141 +23,6 @@ std::int64_t wall_ns() {
   timespec ts{};
   ::clock_gettime(CLOCK_REALTIME, &ts);
   return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
-
-std::string hex(std::uintptr_t value) {
-  char text[24];
-  std::snprintf(text, sizeof text, "0x%zx", static_cast<std::size_t>(value));
-  return text;
-}
-
-std::string program_path() {
-  char path[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", path, sizeof path - 1);
-  return n > 0 ? std::string(path, static_cast<std::size_t>(n)) : "?";
-}
-
-// "symbol+0x1f" when the caller's symbol is exported, else "module+0x4a2f1" (a file offset for
-// addr2line -Cfe module). The return address points after the call: the call is at pc - 1.
-std::string caller_name(const void* pc) {
-  if (!pc) return "";
-  const auto at = reinterpret_cast<std::uintptr_t>(pc) - 1;
-  Dl_info info{};
-  if (::dladdr(reinterpret_cast<const void*>(at), &info) == 0) return hex(at);
-  if (info.dli_sname && info.dli_saddr) {
-    int status = 0;
-    char* demangled = abi::__cxa_demangle(info.dli_sname, nullptr, nullptr, &status);
-    std::string name = status == 0 && demangled ? demangled : info.dli_sname;
-    std::free(demangled);
-    if (auto paren = name.find('('); paren != std::string::npos) name.resize(paren);  // the arguments: long, and known
-    return name + "+" + hex(at - reinterpret_cast<std::uintptr_t>(info.dli_saddr));
-  }
-  std::string module = info.dli_fname ? info.dli_fname : "?";
-  if (module.rfind("/proc/", 0) == 0 || module.empty()) module = program_path();  // started as /proc/self/exe
-  if (auto slash = module.rfind('/'); slash != std::string::npos) module.erase(0, slash + 1);
-  return module + "+" + hex(at - reinterpret_cast<std::uintptr_t>(info.dli_fbase));
-}
-
-// mkdir -p. Throws IOError naming the folder that could not be made.
-void make_folders(const std::string& path) {
-  for (std::size_t pos = 1; pos <= path.size(); ++pos) {
-    if (pos < path.size() && path[pos] != '/') continue;
-    const std::string partial = path.substr(0, pos);
-    if (::mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST) {
-      throw IOError(cat("flight recorder: cannot create the folder ", partial, " for the dump: ", std::strerror(errno),
-                        ". Set ", kFlightDirVariable, " to a folder this process may write to"));
-    }
-  }
-}
-
-void write_file(const std::string& path, const std::string& text) {
-  const std::string temp = cat(path, ".tmp", ::getpid());
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw IOError(cat("flight recorder: cannot create ", temp, ": ", std::strerror(errno)));
-  std::size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int error = n < 0 ? errno : ENOSPC;
-      ::close(fd);
-      ::unlink(temp.c_str());
-      throw IOError(cat("flight recorder: cannot write ", temp, ": ", std::strerror(error)));
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  ::close(fd);
-  if (::rename(temp.c_str(), path.c_str()) != 0) {
-    const int error = errno;
-    ::unlink(temp.c_str());
-    throw IOError(cat("flight recorder: cannot rename ", temp, " to ", path, ": ", std::strerror(error)));
-  }
-}
-
-// Signals. A handler only writes the signal's number to a pipe (about all a handler may do); a
-// thread waiting on the pipe writes the dump. SIGUSR1 asks for a dump. SIGTERM (what ddprun,
-// torchrun, Slurm and Kubernetes send to stop a worker, as when another worker failed) gets the
-// dump first: its handler waits for the thread's answer, for a second at most (the thread may
-// need a lock the interrupted thread holds), then ends the process as SIGTERM would have.
-int g_signals[2] = {-1, -1};  // handler -> dump thread: the signal's number
-int g_written[2] = {-1, -1};  // dump thread -> SIGTERM's handler: done
-
-void on_signal(int sig) {
-  const int saved = errno;
-  const char byte = static_cast<char>(sig);
-  [[maybe_unused]] auto n = ::write(g_signals[1], &byte, 1);
-  if (sig == SIGTERM) {
-    pollfd answer{g_written[0], POLLIN, 0};
-    ::poll(&answer, 1, 1000);
-    ::raise(SIGTERM);  // SA_RESETHAND made it the default again: it ends the process once this returns
-  }
-  errno = saved;
-}
-
-bool is_default(int sig) {
-  struct sigaction old {};
-  return ::sigaction(sig, nullptr, &old) == 0 && !(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_DFL;
-}
-
-// Leaves a program's own handlers alone: only signals at their default (which ends the process)
-// are taken.
-void dump_on_signals(FlightRecorder& recorder) {
-  const bool usr1 = is_default(SIGUSR1), term = is_default(SIGTERM);
-  if (!usr1 && !term) return;
-  if (::pipe2(g_signals, O_CLOEXEC) != 0 || ::pipe2(g_written, O_CLOEXEC) != 0) return;
-  // A burst of signals fills the pipe at worst: a handler must never block on it.
-  ::fcntl(g_signals[1], F_SETFL, ::fcntl(g_signals[1], F_GETFL) | O_NONBLOCK);
-  // The thread starts with the two signals blocked (never its to handle: SIGTERM's handler would
-  // wait there for itself).
-  sigset_t both, before;
-  sigemptyset(&both);
-  sigaddset(&both, SIGUSR1);
-  sigaddset(&both, SIGTERM);
-  ::pthread_sigmask(SIG_BLOCK, &both, &before);
-  std::thread([&recorder] {
-    for (;;) {
-      char sig;
-      const ssize_t n = ::read(g_signals[0], &sig, 1);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return;
-      if (sig == SIGTERM) {
-        recorder.dump("SIGTERM: the process was told to stop (by ddprun when another worker failed, by a scheduler, "
-                      "or by kill)");
-        const char done = 1;
-        [[maybe_unused]] auto w = ::write(g_written[1], &done, 1);
-      } else {
-        recorder.dump("SIGUSR1: a dump was asked for (kill -USR1)");
-      }
-    }
-  }).detach();
-  ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
-  struct sigaction action {};
-  action.sa_handler = on_signal;
-  sigemptyset(&action.sa_mask);
-  action.sa_flags = SA_RESTART;
-  if (usr1) ::sigaction(SIGUSR1, &action, nullptr);
-  action.sa_flags = SA_RESTART | SA_RESETHAND;
-  if (term) ::sigaction(SIGTERM, &action, nullptr);
 }
 
 FlightRecorder* g_process = nullptr;
@@ -197,7 +56,7 @@ std::uint32_t FlightRecorder::add_group(const std::string& name, int rank, std::
   }
   if (first && enabled() && this == g_process) {
     ::unlink(path().c_str());  // an earlier run's: a reader must not take it for this one's
-    dump_on_signals(*this);
+    dump_on_signals([this](const std::string& reason) { dump(reason); });
   }
   return index;
 }
@@ -317,8 +176,7 @@ std::string FlightRecorder::write(const std::string& reason, const FailureRecord
   if (failure) dump.failure = *failure;
   const std::string text = encode(dump);
   std::lock_guard lock(write_mutex_);  // a failure and a signal may dump at once: one temporary at a time
-  make_folders(dir_);
-  write_file(target, text);
+  write_dump_file(dir_, target, text);
   return target;
 }
 
