@@ -13,7 +13,7 @@
 #include "group/execute.h"
 #include "group/failure.h"
 #include "group/failure_record.h"
-#include "group/join.h"
+#include "group/membership.h"
 #include "group/last_words.h"
 #include "group/local_backend.h"
 #include "group/op.h"
@@ -31,7 +31,7 @@ using detail::Op;
 using detail::OpType;
 using Clock = std::chrono::steady_clock;
 
-// Issuing and running the group's operations. Joining is group/join, explaining a failure
+// Issuing and running the group's operations. Joining is group/membership, explaining a failure
 // group/failure, running one op on the backend group/execute.
 struct ProcessGroup::State {
   std::string name;
@@ -289,7 +289,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const std::string& backend, s
       detail::publish_failure(*state->store, record);
     };
     try {
-      detail::join_group(*state->store, options.name, rank, size, options.timeout, unusable);
+      detail::await_members(*state->store, options.name, rank, size, options.timeout, unusable);
     } catch (const detail::RanksMissingError& e) {
       missing(e);
       throw;

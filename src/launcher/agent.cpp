@@ -15,7 +15,7 @@
 #include "ddp/error.h"
 #include "elastic_rendezvous.h"
 #include "flight_report.h"
-#include "liveness.h"
+#include "heartbeat.h"
 #include "openblas.h"
 #include "rendezvous.h"
 #include "round_record.h"

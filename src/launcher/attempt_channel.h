@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "attempt_end.h"
-#include "liveness.h"
+#include "heartbeat.h"
 #include "net/socket.h"
 #include "rendezvous.h"
 

@@ -7,7 +7,7 @@
 #include "attempt_channel.h"
 #include "ddp/error.h"
 #include "ddp/store.h"
-#include "liveness.h"
+#include "heartbeat.h"
 #include "store/lost_ranks.h"
 #include "store_keys.h"
 #include "util/strings.h"

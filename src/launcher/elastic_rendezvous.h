@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "attempt_end.h"
-#include "liveness.h"
+#include "heartbeat.h"
 #include "rendezvous.h"
 #include "round_record.h"
 

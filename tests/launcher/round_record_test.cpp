@@ -10,7 +10,7 @@
 #include "ddp/error.h"
 #include "ddp/hash_store.h"
 #include "elastic_rendezvous.h"
-#include "liveness.h"
+#include "heartbeat.h"
 #include "round_record.h"
 
 namespace ddp::launcher {

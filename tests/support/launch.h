@@ -74,6 +74,7 @@ class TempDir {
   ~TempDir();
   const std::string& path() const { return path_; }
   std::string file(const std::string& name) const { return path_ + "/" + name; }
+  std::string operator/(const std::string& name) const { return file(name); }
 
  private:
   std::string path_;

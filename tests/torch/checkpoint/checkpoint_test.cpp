@@ -9,6 +9,7 @@
 
 #include "ddp/distributed.h"
 #include "ddp/error.h"
+#include "support/launch.h"
 #include "support/multiprocess.h"
 
 namespace ddp {
@@ -16,12 +17,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path path = fs::temp_directory_path() / ("ddp-ckpt-" + std::to_string(::getpid()) + "-" +
-                                                ::testing::UnitTest::GetInstance()->current_test_info()->name());
-  TempDir() { fs::remove_all(path); }
-  ~TempDir() { fs::remove_all(path); }
-};
+using test::TempDir;
 
 void save_value(Checkpoints& c, std::int64_t step, double value) {
   c.save(step, [&](torch::serialize::OutputArchive& a) {
@@ -54,7 +50,7 @@ void corrupt(const std::string& path, bool truncate) {
 
 TEST(Checkpoints, SaveAndLoadTheNewestKeepingTwo) {
   TempDir dir;
-  Checkpoints c({.directory = (dir.path / "nested/dir").string(), .keep = 2});
+  Checkpoints c({.directory = (fs::path(dir.path()) / "nested/dir").string(), .keep = 2});
   EXPECT_EQ(load_value(c), -1);  // nothing yet
   for (int step = 1; step <= 4; ++step) save_value(c, step * 100, step);
   auto files = c.list();
@@ -76,17 +72,17 @@ std::string read_text(const fs::path& path) {
 // stop report (src/launcher/checkpoint_record.h reads the format written here).
 TEST(Checkpoints, RecordsTheLastSaveForTheLauncher) {
   TempDir dir;
-  fs::create_directories(dir.path);
-  const fs::path record = dir.path / "record";
-  Checkpoints c({.directory = (dir.path / "ckpt").string()});
+  fs::create_directories(dir.path());
+  const fs::path record = fs::path(dir.path()) / "record";
+  Checkpoints c({.directory = (fs::path(dir.path()) / "ckpt").string()});
   ::setenv("DDP_CHECKPOINT_RECORD", record.c_str(), 1);
   save_value(c, 7, 1);
-  const std::string first = (fs::absolute(dir.path) / "ckpt/checkpoint-000000000007.ckpt").string();
+  const std::string first = (fs::absolute(dir.path()) / "ckpt/checkpoint-000000000007.ckpt").string();
   EXPECT_EQ(read_text(record), "step=7\npath=" + first + "\n");
   save_value(c, 9, 2);
   EXPECT_EQ(read_text(record).substr(0, 7), "step=9\n");
   // A record that cannot be written costs the report its step, not the checkpoint.
-  ::setenv("DDP_CHECKPOINT_RECORD", (dir.path / "missing/record").c_str(), 1);
+  ::setenv("DDP_CHECKPOINT_RECORD", (fs::path(dir.path()) / "missing/record").c_str(), 1);
   EXPECT_NO_THROW(save_value(c, 11, 3));
   EXPECT_EQ(load_value(c), 3);
   ::unsetenv("DDP_CHECKPOINT_RECORD");
@@ -97,7 +93,7 @@ TEST(Checkpoints, RecordsTheLastSaveForTheLauncher) {
 TEST(Checkpoints, ATruncatedOrDamagedNewestIsNamedAndTheOlderUsed) {
   for (bool truncate : {true, false}) {
     TempDir dir;
-    Checkpoints c({.directory = dir.path.string()});
+    Checkpoints c({.directory = dir.path()});
     save_value(c, 1, 1.0);
     save_value(c, 2, 2.0);
     corrupt(c.list().front(), truncate);
@@ -111,11 +107,11 @@ TEST(Checkpoints, ATruncatedOrDamagedNewestIsNamedAndTheOlderUsed) {
 
 TEST(Checkpoints, NoUsableCheckpointIsAnErrorNamingEveryFile) {
   TempDir dir;
-  Checkpoints c({.directory = dir.path.string()});
+  Checkpoints c({.directory = dir.path()});
   save_value(c, 1, 1.0);
   save_value(c, 2, 2.0);
   for (const auto& f : c.list()) corrupt(f, true);
-  std::ofstream(dir.path / "checkpoint-000000000003.ckpt") << "not a checkpoint at all, longer than a header";
+  std::ofstream(fs::path(dir.path()) / "checkpoint-000000000003.ckpt") << "not a checkpoint at all, longer than a header";
   try {
     load_value(c);
     FAIL() << "no error";
@@ -129,20 +125,20 @@ TEST(Checkpoints, NoUsableCheckpointIsAnErrorNamingEveryFile) {
 
 TEST(Checkpoints, AWriterKilledMidSaveLeavesThePreviousIntact) {
   TempDir dir;
-  Checkpoints c({.directory = dir.path.string()});
+  Checkpoints c({.directory = dir.path()});
   save_value(c, 1, 1.0);
   // What a killed writer leaves: a temporary file, never renamed.
-  std::ofstream(dir.path / "checkpoint-000000000002.ckpt.tmp.12345") << "half a checkpoint";
+  std::ofstream(fs::path(dir.path()) / "checkpoint-000000000002.ckpt.tmp.12345") << "half a checkpoint";
   EXPECT_EQ(load_value(c), 1.0);
   save_value(c, 3, 3.0);  // the next save cleans it up
-  EXPECT_FALSE(fs::exists(dir.path / "checkpoint-000000000002.ckpt.tmp.12345"));
+  EXPECT_FALSE(fs::exists(fs::path(dir.path()) / "checkpoint-000000000002.ckpt.tmp.12345"));
 }
 
 TEST(Checkpoints, UnwritableDirectoryAndBadOptionsAreClearErrors) {
   TempDir dir;
-  fs::create_directories(dir.path);
-  std::ofstream(dir.path / "a-file") << "x";
-  Checkpoints c({.directory = (dir.path / "a-file" / "sub").string()});
+  fs::create_directories(dir.path());
+  std::ofstream(fs::path(dir.path()) / "a-file") << "x";
+  Checkpoints c({.directory = (fs::path(dir.path()) / "a-file" / "sub").string()});
   try {
     save_value(c, 1, 1.0);
     FAIL() << "no error";
@@ -151,7 +147,7 @@ TEST(Checkpoints, UnwritableDirectoryAndBadOptionsAreClearErrors) {
   }
   EXPECT_THROW(Checkpoints({.directory = ""}), InvalidArgument);
   EXPECT_THROW(Checkpoints({.directory = "x", .keep = 0}), InvalidArgument);
-  EXPECT_THROW(save_value(*std::make_unique<Checkpoints>(CheckpointOptions{.directory = dir.path.string()}), -1, 0),
+  EXPECT_THROW(save_value(*std::make_unique<Checkpoints>(CheckpointOptions{.directory = dir.path()}), -1, 0),
                InvalidArgument);
 }
 

@@ -1,11 +1,11 @@
-// PowerSGD's one-pass decompression (comm_hooks/low_rank.h) against the definition: matrix = P Q^T
+// PowerSGD's one-pass decompression (powersgd/low_rank.h) against the definition: matrix = P Q^T
 // and error = the values before minus P Q^T, for float and double, only the rows asked for.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
 
-#include "comm_hooks/low_rank.h"
+#include "powersgd/low_rank.h"
 
 namespace ddp::test {
 namespace {

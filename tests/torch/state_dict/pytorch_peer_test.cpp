@@ -119,7 +119,7 @@ TEST_P(StateDictWithPyTorch, BothWaysBitForBit) {
                   {.format = WeightsFormat::SafeTensors, .metadata = {{"format", "pt"}, {"writer", "ddp"}}});
 
   const auto peer = test::run_command(
-      {GetParam().path, std::string(DDP_SOURCE_DIR) + "/tests/torch/state_dict/pytorch_peer.py", dir.path.string()},
+      {GetParam().path, std::string(DDP_SOURCE_DIR) + "/tests/torch/state_dict/pytorch_peer.py", dir.path()},
       {{"DDP_LIBTORCH_VERSION", TORCH_VERSION}}, 180s);
   ASSERT_TRUE(peer.ok()) << peer.output;
   const bool exact = test::runs_linked_kernels(peer.output);

@@ -1,4 +1,4 @@
-// What the state dict tests share: a temporary directory, tensors of every dtype and layout
+// What the state dict tests share: tensors of every dtype and layout
 // whose values follow a formula that pytorch_peer.py repeats in Python, and reading a file.
 #pragma once
 
@@ -13,27 +13,9 @@
 #include <string>
 
 #include "ddp/torch/state_dict.h"
+#include "support/launch.h"  // TempDir
 
 namespace ddp::test {
-
-struct TempDir {
-  std::filesystem::path path = std::filesystem::temp_directory_path() / ("ddp-sd-" + std::to_string(::getpid()) + "-" +
-                                                                         flat(current_test()->name()));
-  TempDir() {
-    std::filesystem::remove_all(path);
-    std::filesystem::create_directories(path);
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-
- private:
-  static const ::testing::TestInfo* current_test() { return ::testing::UnitTest::GetInstance()->current_test_info(); }
-  // A parametrized test's name ("BothWaysBitForBit/Debian") as one directory, which the destructor removes whole.
-  static std::string flat(std::string name) {
-    std::replace(name.begin(), name.end(), '/', '_');
-    return name;
-  }
-};
 
 inline std::string file_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -239,8 +239,8 @@ TEST(StateDict, DamagedAndForeignFilesAreNamedWithTheirFault) {
                "first bytes are 74 68 69 73");
   expect_fault("empty.pt", "", "the file is empty");
   // A ddp checkpoint and LibTorch's own torch::save archive are recognised and pointed elsewhere.
-  Checkpoints({.directory = dir.path.string()}).save(1, [&](torch::serialize::OutputArchive& a) { block->save(a); });
-  expect_fault("ckpt", test::file_bytes(Checkpoints({.directory = dir.path.string()}).list().at(0)),
+  Checkpoints({.directory = dir.path()}).save(1, [&](torch::serialize::OutputArchive& a) { block->save(a); });
+  expect_fault("ckpt", test::file_bytes(Checkpoints({.directory = dir.path()}).list().at(0)),
                "a ddp::Checkpoints file, not a state dict: read it with Checkpoints::load_latest");
   torch::save(block, dir / "torchscript.pt");
   expect_fault("torchscript.pt", test::file_bytes(dir / "torchscript.pt"), "a TorchScript archive");
@@ -279,8 +279,8 @@ TEST(StateDict, WhatAFormatCannotHoldIsRefusedBeforeWriting) {
 // directory gets the file.
 TEST(StateDict, DdpSavesOnRankZeroThenBarrier) {
   TempDir dir;
-  fs::create_directories(dir.path / "rank0");
-  fs::create_directories(dir.path / "rank1");
+  fs::create_directories(fs::path(dir.path()) / "rank0");
+  fs::create_directories(fs::path(dir.path()) / "rank1");
   test::run_ranks(2, [](int rank, int) {
     const fs::path root = std::getenv("SD_DIR");
     fs::current_path(root / ("rank" + std::to_string(rank)));
@@ -300,7 +300,7 @@ TEST(StateDict, DdpSavesOnRankZeroThenBarrier) {
     EXPECT_TRUE(load_state_dict(model, (root / "rank0" / "model.pt").string()).ok());
     EXPECT_TRUE(torch::equal(block->scale, torch::ones({4})));
     destroy_process_group();
-  }, {.env = {{"SD_DIR", dir.path.string()}}});
+  }, {.env = {{"SD_DIR", dir.path()}}});
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-#include "comm_hooks/low_rank.h"
+#include "powersgd/low_rank.h"
 
 namespace ddp::detail {
 

@@ -1,4 +1,4 @@
-#include "group/join.h"
+#include "group/membership.h"
 
 #include <unistd.h>
 
@@ -83,7 +83,7 @@ Missing wait_for_ranks(Store& store, const std::string& prefix, int size, std::c
 
 }  // namespace
 
-void join_group(Store& store, const std::string& name, int rank, int size, std::chrono::milliseconds timeout,
+void await_members(Store& store, const std::string& name, int rank, int size, std::chrono::milliseconds timeout,
                 const std::exception_ptr& unusable) {
   const std::string me = identity();
   if (unusable) {  // the others hear why at once instead of waiting for this rank until their timeout

@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <vector>
 
-#include "comm_hooks/low_rank.h"
-#include "comm_hooks/powersgd_access.h"
+#include "powersgd/low_rank.h"
+#include "powersgd/powersgd_access.h"
 #include "ddp/error.h"
 #include "ddp/torch/collectives.h"
 #include "ddp/torch/powersgd.h"

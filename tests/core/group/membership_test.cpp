@@ -1,4 +1,4 @@
-// Joining a group (group/join.h): a rank whose backend cannot run on its machine tells the others
+// Joining a group (group/membership.h): a rank whose backend cannot run on its machine tells the others
 // at once, instead of leaving them to wait for it until their timeout. Here rank 1 asks for nccl
 // on a machine (or build) without a GPU for it, the way a rank whose LOCAL_RANK names a GPU it
 // cannot see does on a GPU machine (NcclFailures.TwoRanksOnOneGpuAreToldWhy).
@@ -15,7 +15,7 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-TEST(GroupJoin, ARankThatCannotRunItsBackendIsNamedByTheOthersAtOnce) {
+TEST(GroupMembership, ARankThatCannotRunItsBackendIsNamedByTheOthersAtOnce) {
   test::run_ranks(2, [](int rank, int) {
     const auto start = Clock::now();
     if (rank == 1) {

@@ -14,7 +14,7 @@
 
 namespace ddp::detail {
 
-// The TimeoutError of join_group and all_connected: also names, as data, the group ranks that did
+// The TimeoutError of await_members and all_connected: also names, as data, the group ranks that did
 // not arrive (for the failure record, group/failure_record.h).
 class RanksMissingError : public TimeoutError {
  public:
@@ -32,7 +32,7 @@ class RanksMissingError : public TimeoutError {
 // did not join within `timeout`. `unusable`: this rank cannot take part (its backend refused the
 // machine, e.g. a GPU that LOCAL_RANK names but the process cannot see): it is recorded as the
 // join error, which the others throw at once naming this rank, and rethrown here.
-void join_group(Store& store, const std::string& name, int rank, int size, std::chrono::milliseconds timeout,
+void await_members(Store& store, const std::string& name, int rank, int size, std::chrono::milliseconds timeout,
                 const std::exception_ptr& unusable = nullptr);
 
 // After the backend has connected: blocks until every rank's has (key connected/<r>), so that no

@@ -1,4 +1,4 @@
-#include "liveness.h"
+#include "heartbeat.h"
 
 #include "ddp/error.h"
 #include "ddp/store.h"
