@@ -4,8 +4,6 @@
 #include <array>
 
 #include "ddp/error.h"
-#include "ddp/prefix_store.h"
-#include "ddp/store.h"
 #include "util/strings.h"
 
 namespace ddp::detail {
@@ -62,14 +60,6 @@ std::vector<int> rank_list(std::string_view field, std::string_view text) {
     if (text.empty()) throw IOError(cat("failure record: field ", field, " ends in a comma"));
   }
   return out;
-}
-
-// The store under every PrefixStore: the records sit beside the lost-rank records, where ddprun
-// finds them without knowing the job's prefixes.
-Store& root_of(Store& store) {
-  Store* s = &store;
-  while (auto* prefixed = dynamic_cast<PrefixStore*>(s)) s = prefixed->underlying().get();
-  return *s;
 }
 
 }  // namespace
@@ -157,31 +147,6 @@ std::vector<int> waited_for(const FailureRecord& record) {
     }
   }
   return out;
-}
-
-void publish_failure(Store& store, const FailureRecord& record) noexcept {
-  try {
-    root_of(store).compare_set(failure_record_key(record.rank), "", encode(record));
-  } catch (...) {
-  }
-}
-
-void clear_failure(Store& store, int global_rank) noexcept {
-  try {
-    root_of(store).delete_key(failure_record_key(global_rank));
-  } catch (...) {
-  }
-}
-
-std::optional<FailureRecord> read_failure(Store& store, int global_rank) noexcept {
-  try {
-    Store& root = root_of(store);
-    const std::string key = failure_record_key(global_rank);
-    if (!root.check({key})) return std::nullopt;
-    return decode_failure_record(root.get(key));
-  } catch (...) {
-    return std::nullopt;
-  }
 }
 
 }  // namespace ddp::detail
