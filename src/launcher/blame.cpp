@@ -23,8 +23,11 @@ bool mentions_timeout(std::string_view line) {
   return lower.find("timed out") != std::string::npos || lower.find(" did not join within ") != std::string::npos;
 }
 
-std::vector<int> ranks_waited_for(int failed_rank, const FailureLookup& records) {
-  const auto record = records(failed_rank);
+namespace {
+
+// ranks_waited_for with the failed rank's record already read (the store is asked once for it).
+std::vector<int> waited_for(int failed_rank, const std::optional<detail::FailureRecord>& record,
+                            const FailureLookup& records) {
   if (!record) return {};
   if (record->first >= 0 && record->first != failed_rank) {
     // It failed of rank N's earlier failure: whom N waited for, else N itself.
@@ -36,11 +39,17 @@ std::vector<int> ranks_waited_for(int failed_rank, const FailureLookup& records)
   return detail::waited_for(*record);
 }
 
+}  // namespace
+
+std::vector<int> ranks_waited_for(int failed_rank, const FailureLookup& records) {
+  return waited_for(failed_rank, records(failed_rank), records);
+}
+
 std::optional<Culprit> find_root_cause(int failed_rank, const FailureLookup& records,
                                        const std::vector<std::string>& error_lines,
                                        const std::vector<SuspendedWorker>& suspended) {
   const auto record = records(failed_rank);
-  std::vector<int> named = ranks_waited_for(failed_rank, records);
+  std::vector<int> named = waited_for(failed_rank, record, records);
   std::erase(named, failed_rank);
   const std::string quoted = record ? excerpt(*record) : "";
   bool timeout = record && record->kind == detail::ErrorKind::Timeout;

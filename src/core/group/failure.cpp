@@ -2,7 +2,6 @@
 
 #include <thread>
 
-#include "ddp/prefix_store.h"
 #include "store/lost_ranks.h"
 #include "util/strings.h"
 
@@ -17,17 +16,11 @@ constexpr auto kLostRecordGrace = std::chrono::milliseconds(1500);
 std::string failed_key(int rank) { return "failed/" + std::to_string(rank); }
 std::string failing_key(int rank) { return "failing/" + std::to_string(rank); }
 
-// The store the TCPStore server writes lost-rank records to: under every PrefixStore.
-std::shared_ptr<Store> root_of(std::shared_ptr<Store> store) {
-  while (auto prefixed = std::dynamic_pointer_cast<PrefixStore>(store)) store = prefixed->underlying();
-  return store;
-}
-
 }  // namespace
 
 FailureHandler::FailureHandler(std::shared_ptr<Store> diag, std::string group, int rank, std::vector<int> global_ranks,
                                std::vector<BackendChoice> backends)
-    : diag_(std::move(diag)), root_(root_of(diag_)), group_(std::move(group)), rank_(rank),
+    : diag_(std::move(diag)), root_(&unprefixed(*diag_)), group_(std::move(group)), rank_(rank),
       global_ranks_(std::move(global_ranks)), backends_(std::move(backends)) {}
 
 std::string FailureHandler::where(const Op& op) const {

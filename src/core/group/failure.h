@@ -68,7 +68,7 @@ class FailureHandler {
   FailureRecord make_record(ErrorKind kind, const Op* op, std::string message) const;
 
   std::shared_ptr<Store> diag_;
-  std::shared_ptr<Store> root_;  // where the store server writes lost-rank records, on diag_'s connection
+  Store* root_;  // unprefixed(*diag_): lost-rank and failure records, on diag_'s connection
   std::string group_;
   int rank_;
   std::vector<int> global_ranks_;

@@ -46,6 +46,10 @@ FailureRecord decode_failure_record(std::string_view text);
 // (each once, in that order). Mismatched ranks are not among them: a mismatch has no one culprit.
 std::vector<int> waited_for(const FailureRecord& record);
 
+// The store under every PrefixStore of `store`: where the server writes lost-rank records and the
+// failure records are kept, found without knowing the job's prefixes.
+Store& unprefixed(Store& store);
+
 // Leaves `record` under its rank's key, in the store under every PrefixStore of `store`, unless
 // one is there already (a process's first failure is the one that explains the rest). Never
 // throws: an unreachable store keeps no record.
