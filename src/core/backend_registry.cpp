@@ -5,7 +5,7 @@
 
 #include "backend_registry.h"
 #include "ddp/error.h"
-#include "util/strings.h"
+#include "ddp/detail/strings.h"
 
 namespace ddp {
 namespace {

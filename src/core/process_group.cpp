@@ -12,14 +12,14 @@
 #include "group/backend_set.h"
 #include "group/execute.h"
 #include "group/failure.h"
-#include "group/failure_record.h"
+#include "ddp/detail/failure_record.h"
 #include "group/membership.h"
-#include "group/last_words.h"
+#include "flight/last_words.h"
 #include "group/local_backend.h"
-#include "group/op.h"
+#include "ddp/detail/op.h"
 #include "group/progress.h"
-#include "util/error_kind.h"
-#include "util/log.h"
+#include "ddp/detail/error_kind.h"
+#include "ddp/detail/log.h"
 #include "util/worker.h"
 
 namespace ddp {
@@ -43,7 +43,7 @@ struct ProcessGroup::State {
   std::unique_ptr<detail::BackendSet> backends;  // one, or one per device type
   std::unique_ptr<detail::ProgressSlot> progress;
   std::shared_ptr<detail::FailureHandler> failures;  // groups of more than one
-  std::uint64_t last_words = 0;                      // its note for the peers should the process end (group/last_words)
+  std::uint64_t last_words = 0;                      // its note for the peers should the process end (flight/last_words)
   FlightRecorder* flight = nullptr;  // the process's flight recorder
   std::uint32_t flight_group = 0;    // this group's index in it
 
@@ -278,7 +278,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const std::string& backend, s
     }
     state->backends = std::make_unique<detail::BackendSet>(choices, std::move(backends));
   } else {
-    // Ranks that never arrive are a failure as data too: ddprun blames them (group/failure_record.h).
+    // Ranks that never arrive are a failure as data too: ddprun blames them (ddp/detail/failure_record.h).
     const auto missing = [&](const detail::RanksMissingError& e) {
       detail::FailureRecord record;
       record.kind = ErrorKind::Timeout;

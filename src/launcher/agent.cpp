@@ -22,7 +22,7 @@
 #include "store_host.h"
 #include "store_keys.h"
 #include "summary.h"
-#include "util/strings.h"
+#include "ddp/detail/strings.h"
 #include "worker_env.h"
 #include "worker_group.h"
 #include "worker_output.h"

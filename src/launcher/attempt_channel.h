@@ -19,7 +19,7 @@
 
 #include "attempt_end.h"
 #include "heartbeat.h"
-#include "net/socket.h"
+#include "ddp/detail/socket.h"
 #include "rendezvous.h"
 
 namespace ddp {

@@ -1,7 +1,7 @@
 #include "attempt_records.h"
 
 #include "blame.h"
-#include "util/strings.h"
+#include "ddp/detail/strings.h"
 
 namespace ddp::launcher {
 

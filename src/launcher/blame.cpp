@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <fstream>
 
-#include "util/strings.h"
+#include "ddp/detail/strings.h"
 
 namespace ddp::launcher {
 

@@ -8,9 +8,9 @@
 #include "ddp/error.h"
 #include "ddp/store.h"
 #include "heartbeat.h"
-#include "store/lost_ranks.h"
+#include "ddp/detail/lost_ranks.h"
 #include "store_keys.h"
-#include "util/strings.h"
+#include "ddp/detail/strings.h"
 
 namespace ddp::launcher {
 

@@ -5,10 +5,10 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "flight/analysis.h"
-#include "flight/config.h"
-#include "flight/dump_files.h"
-#include "util/strings.h"
+#include "ddp/detail/flight_analysis.h"
+#include "ddp/detail/flight_config.h"
+#include "ddp/detail/flight_dump_files.h"
+#include "ddp/detail/strings.h"
 
 namespace ddp::launcher {
 

@@ -7,9 +7,9 @@
 #include <cstring>
 
 #include "ddp/error.h"
-#include "net/socket.h"
+#include "ddp/detail/socket.h"
 #include "slurm.h"
-#include "util/strings.h"
+#include "ddp/detail/strings.h"
 
 namespace ddp::launcher {
 

@@ -13,7 +13,7 @@
 #include "options.h"
 #include "orphan_guard.h"
 #include "signals.h"
-#include "util/strings.h"
+#include "ddp/detail/strings.h"
 #include "worker_output.h"
 
 namespace {

@@ -6,7 +6,7 @@
 #include <array>
 #include <string_view>
 
-#include "util/strings.h"
+#include "ddp/detail/strings.h"
 
 namespace ddp::launcher {
 

@@ -8,7 +8,7 @@
 
 #include <memory>
 
-#include "net/socket.h"
+#include "ddp/detail/socket.h"
 
 namespace ddp::launcher {
 

@@ -7,7 +7,7 @@
 #include "ddp/store.h"
 #include "signals.h"
 #include "store_keys.h"
-#include "util/strings.h"
+#include "ddp/detail/strings.h"
 
 namespace ddp::launcher {
 

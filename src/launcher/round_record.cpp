@@ -4,7 +4,7 @@
 
 #include "ddp/error.h"
 #include "record_text.h"
-#include "util/strings.h"
+#include "ddp/detail/strings.h"
 #include "worker_exit.h"
 
 namespace ddp::launcher {

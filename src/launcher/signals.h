@@ -6,7 +6,7 @@
 #include <optional>
 #include <vector>
 
-#include "net/socket.h"
+#include "ddp/detail/socket.h"
 
 namespace ddp::launcher {
 

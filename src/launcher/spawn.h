@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "net/socket.h"
+#include "ddp/detail/socket.h"
 
 namespace ddp::launcher {
 

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "util/strings.h"
+#include "ddp/detail/strings.h"
 
 namespace ddp::launcher {
 

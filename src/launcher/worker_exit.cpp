@@ -4,7 +4,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "util/strings.h"
+#include "ddp/detail/strings.h"
 
 namespace ddp::launcher {
 

@@ -14,7 +14,7 @@
 
 #include "console.h"
 #include "line_splitter.h"
-#include "net/socket.h"
+#include "ddp/detail/socket.h"
 
 namespace ddp::launcher {
 

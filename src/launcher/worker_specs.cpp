@@ -5,7 +5,7 @@
 #include "blame.h"
 #include "environment.h"
 #include "flight_report.h"
-#include "util/strings.h"
+#include "ddp/detail/strings.h"
 #include "worker_env.h"
 
 namespace ddp::launcher {

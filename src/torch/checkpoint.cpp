@@ -18,8 +18,8 @@
 
 #include "ddp/distributed.h"
 #include "ddp/error.h"
-#include "util/log.h"
-#include "util/strings.h"
+#include "ddp/detail/log.h"
+#include "ddp/detail/strings.h"
 
 namespace ddp {
 

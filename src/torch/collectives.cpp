@@ -12,8 +12,8 @@
 
 #include "cuda_stream.h"
 #include "ddp/error.h"
-#include "util/log.h"
-#include "util/strings.h"
+#include "ddp/detail/log.h"
+#include "ddp/detail/strings.h"
 
 namespace ddp {
 

@@ -3,7 +3,7 @@
 #include <signal.h>
 
 #include "e2e.h"
-#include "flight/dump.h"
+#include "ddp/detail/flight_dump.h"
 #include "flight_report.h"
 
 namespace ddp::launcher::test {

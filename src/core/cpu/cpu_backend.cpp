@@ -15,8 +15,8 @@
 #include "shm/rendezvous.h"
 #include "shm/topology.h"
 #include "shm/tuning.h"
-#include "util/log.h"
-#include "util/strings.h"
+#include "ddp/detail/log.h"
+#include "ddp/detail/strings.h"
 
 namespace ddp::detail {
 namespace {

@@ -5,7 +5,7 @@
 // section and a few atomic stores; nothing is allocated.
 //
 // Thread-safe. The process's recorder is configured from its environment at first use (see
-// flight/config.h); tests make their own.
+// ddp/detail/flight_config.h); tests make their own.
 #pragma once
 
 #include <atomic>
@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "flight/dump.h"
-#include "group/op.h"
+#include "ddp/detail/flight_dump.h"
+#include "ddp/detail/op.h"
 
 namespace ddp::detail {
 

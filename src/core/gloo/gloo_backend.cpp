@@ -22,9 +22,9 @@
 #include "gloo/gloo_backend.h"
 #include "gloo/store_adapter.h"
 #include "reduce/reduce.h"
-#include "util/error_kind.h"
-#include "util/log.h"
-#include "util/strings.h"
+#include "ddp/detail/error_kind.h"
+#include "ddp/detail/log.h"
+#include "ddp/detail/strings.h"
 
 namespace ddp::detail {
 namespace {

@@ -11,8 +11,8 @@
 #include <regex>
 
 #include "flight/recorder.h"
-#include "group/last_words.h"
-#include "util/strings.h"
+#include "flight/last_words.h"
+#include "ddp/detail/strings.h"
 
 namespace ddp::detail {
 namespace {

@@ -3,7 +3,7 @@
 // can trigger is a peer's message larger than the receive posted for it, when ranks call
 // collectives of different sizes (recursive doubling checks its partners' calls first; Gloo's own
 // algorithms cannot). This explains it before the process ends: the ops in flight, what the
-// assertion means and what to do, to the log, the peers (group/last_words) and the flight dump.
+// assertion means and what to do, to the log, the peers (flight/last_words) and the flight dump.
 #pragma once
 
 #include <string>

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "ddp/backend.h"
-#include "group/op.h"
+#include "ddp/detail/op.h"
 
 namespace ddp::detail {
 

@@ -3,7 +3,7 @@
 #pragma once
 
 #include "ddp/backend.h"
-#include "group/op.h"
+#include "ddp/detail/op.h"
 
 namespace ddp::detail {
 

@@ -2,8 +2,8 @@
 
 #include <thread>
 
-#include "store/lost_ranks.h"
-#include "util/strings.h"
+#include "ddp/detail/lost_ranks.h"
+#include "ddp/detail/strings.h"
 
 namespace ddp::detail {
 namespace {
@@ -118,7 +118,7 @@ Diagnosis FailureHandler::diagnose(const Op& op, ErrorKind kind) {
     auto peers = read_peer_states(*diag_, *root_, rank_, global_ranks_, kDiagnosisBudget);
     Diagnosis diagnosis = detail::diagnose(op, rank_, peers);
     if (diagnosis.kind == Diagnosis::Kind::Lost || diagnosis.kind == Diagnosis::Kind::Mismatch) {
-      // A rank that ended on an error it could not throw (group/last_words) said why first.
+      // A rank that ended on an error it could not throw (flight/last_words) said why first.
       if (auto first = first_failure(false)) {
         diagnosis.text += cat(diagnosis.text.ends_with('.') ? " " : ". ", first->second);
         diagnosis.first = global_ranks_[static_cast<std::size_t>(first->first)];

@@ -15,9 +15,9 @@
 #include "ddp/store.h"
 #include "group/backend_set.h"
 #include "group/diagnosis.h"
-#include "group/failure_record.h"
-#include "group/op.h"
-#include "util/error_kind.h"
+#include "ddp/detail/failure_record.h"
+#include "ddp/detail/op.h"
+#include "ddp/detail/error_kind.h"
 
 namespace ddp::detail {
 
@@ -49,11 +49,11 @@ class FailureHandler {
   std::string explain_stall(const Op& op);
 
   // Leaves this rank's failure where the peers' explanations (its text) and ddprun (the record,
-  // group/failure_record.h) find it. Never throws.
+  // ddp/detail/failure_record.h) find it. Never throws.
   void record(const FailureRecord& failure) noexcept;
   // Leaves the record for ddprun only (a send or recv's failure concerns its peer, not the group).
   void publish(const FailureRecord& failure) noexcept;
-  // The same as record() for an error that is only text (group/last_words: one the process could not throw).
+  // The same as record() for an error that is only text (flight/last_words: one the process could not throw).
   void record(const std::string& message) noexcept;
   // A first note of a lost peer, before this rank has explained its failure (and before it aborts
   // its connections, which makes its peers fail too): the peers name it only when nothing better

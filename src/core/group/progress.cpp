@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "ddp/store.h"
-#include "util/strings.h"
+#include "ddp/detail/strings.h"
 
 namespace ddp::detail {
 

@@ -10,7 +10,7 @@
 #include <optional>
 #include <string>
 
-#include "group/op.h"
+#include "ddp/detail/op.h"
 
 namespace ddp {
 class Store;

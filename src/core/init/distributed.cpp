@@ -10,11 +10,11 @@
 #include "ddp/prefix_store.h"
 #include "ddp/tcp_store.h"
 #include "init/init_method.h"
-#include "init/launch_env.h"
+#include "ddp/detail/launch_env.h"
 #include "group/backend_set.h"
 #include "nccl/nccl_backend.h"
-#include "util/log.h"
-#include "util/error_kind.h"
+#include "ddp/detail/log.h"
+#include "ddp/detail/error_kind.h"
 
 namespace ddp {
 

@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "ddp/error.h"
-#include "util/strings.h"
+#include "ddp/detail/strings.h"
 
 namespace ddp::detail::cuda {
 

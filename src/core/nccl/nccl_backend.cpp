@@ -18,7 +18,7 @@
 #include "nccl/communicator.h"
 #include "nccl/cuda_api.h"
 #include "nccl/p2p_channel.h"
-#include "util/strings.h"
+#include "ddp/detail/strings.h"
 
 namespace ddp::detail {
 namespace {

@@ -1,4 +1,4 @@
-#include "net/socket.h"
+#include "ddp/detail/socket.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -16,8 +16,8 @@
 #include <thread>
 
 #include "ddp/error.h"
-#include "util/log.h"
-#include "util/strings.h"
+#include "ddp/detail/log.h"
+#include "ddp/detail/strings.h"
 
 namespace ddp::detail {
 namespace {

@@ -1,6 +1,6 @@
 #include "shm/op_signature.h"
 
-#include "util/strings.h"
+#include "ddp/detail/strings.h"
 
 namespace ddp::detail::shm {
 namespace {

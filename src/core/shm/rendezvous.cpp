@@ -8,7 +8,7 @@
 
 #include "ddp/error.h"
 #include "ddp/store.h"
-#include "util/strings.h"
+#include "ddp/detail/strings.h"
 
 namespace ddp::detail::shm {
 namespace {

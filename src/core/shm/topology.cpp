@@ -7,7 +7,7 @@
 #include <fstream>
 #include <map>
 
-#include "util/strings.h"
+#include "ddp/detail/strings.h"
 
 namespace ddp::detail::shm {
 

@@ -5,8 +5,8 @@
 #include <optional>
 #include <string_view>
 
-#include "util/log.h"
-#include "util/strings.h"
+#include "ddp/detail/log.h"
+#include "ddp/detail/strings.h"
 
 namespace ddp::detail::shm {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <stdexcept>
 
-#include "util/strings.h"
+#include "ddp/detail/strings.h"
 
 namespace ddp::detail {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "ddp/error.h"
-#include "util/strings.h"
+#include "ddp/detail/strings.h"
 
 namespace ddp::detail {
 

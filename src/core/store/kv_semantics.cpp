@@ -1,7 +1,7 @@
 #include "store/kv_semantics.h"
 
 #include "ddp/error.h"
-#include "util/strings.h"
+#include "ddp/detail/strings.h"
 
 namespace ddp::detail {
 

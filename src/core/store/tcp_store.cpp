@@ -6,7 +6,7 @@
 
 #include "ddp/error.h"
 #include "store/connection.h"
-#include "util/strings.h"
+#include "ddp/detail/strings.h"
 
 namespace ddp {
 

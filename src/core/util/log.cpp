@@ -1,4 +1,4 @@
-#include "util/log.h"
+#include "ddp/detail/log.h"
 
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-#include "util/strings.h"
+#include "ddp/detail/strings.h"
 
 #include <algorithm>
 #include <cctype>

@@ -17,7 +17,7 @@
 #include "ddp/torch/checkpoint.h"
 #include "ddp/torch/collectives.h"
 #include "ddp/torch/state_dict.h"
-#include "util/strings.h"
+#include "ddp/detail/strings.h"
 
 namespace ddp {
 

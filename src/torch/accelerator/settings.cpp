@@ -1,7 +1,7 @@
 #include "accelerator/settings.h"
 
 #include "ddp/error.h"
-#include "util/strings.h"
+#include "ddp/detail/strings.h"
 
 namespace ddp {
 

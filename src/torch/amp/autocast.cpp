@@ -5,7 +5,7 @@
 #include "compat/torch_compat.h"
 #include "ddp/error.h"
 #include "ddp/torch/amp.h"
-#include "util/log.h"
+#include "ddp/detail/log.h"
 
 namespace ddp::amp {
 

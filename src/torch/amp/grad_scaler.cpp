@@ -9,7 +9,7 @@
 #include "ddp/torch/amp.h"
 #include "ddp/torch/collectives.h"
 #include "ddp/torch/zero_redundancy_optimizer.h"
-#include "util/strings.h"
+#include "ddp/detail/strings.h"
 
 namespace ddp::amp {
 

@@ -6,7 +6,7 @@
 #include <map>
 
 #include "ddp/error.h"
-#include "util/strings.h"
+#include "ddp/detail/strings.h"
 
 namespace ddp::amp::detail {
 namespace {

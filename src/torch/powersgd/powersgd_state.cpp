@@ -6,7 +6,7 @@
 
 #include "ddp/error.h"
 #include "ddp/torch/powersgd.h"
-#include "util/strings.h"
+#include "ddp/detail/strings.h"
 
 namespace ddp::comm_hooks {
 namespace {

@@ -5,9 +5,9 @@
 
 #include "ddp/error.h"
 #include "ddp/torch/collectives.h"
-#include "util/error_kind.h"
-#include "util/log.h"
-#include "util/strings.h"
+#include "ddp/detail/error_kind.h"
+#include "ddp/detail/log.h"
+#include "ddp/detail/strings.h"
 
 namespace ddp::detail {
 namespace {

@@ -14,7 +14,7 @@
 #include "ddp/torch/collectives.h"
 #include "reducer/unused_parameters.h"
 #include "shape_text.h"
-#include "util/strings.h"
+#include "ddp/detail/strings.h"
 
 namespace ddp::detail {
 namespace {

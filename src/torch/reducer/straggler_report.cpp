@@ -4,7 +4,7 @@
 #include <array>
 #include <cstdio>
 
-#include "util/strings.h"
+#include "ddp/detail/strings.h"
 
 namespace ddp {
 namespace {

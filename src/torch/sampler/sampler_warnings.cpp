@@ -3,7 +3,7 @@
 #include <atomic>
 #include <string>
 
-#include "util/log.h"
+#include "ddp/detail/log.h"
 
 namespace ddp::detail {
 namespace {

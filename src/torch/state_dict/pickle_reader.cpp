@@ -5,7 +5,7 @@
 #include <unordered_map>
 
 #include "ddp/error.h"
-#include "util/strings.h"
+#include "ddp/detail/strings.h"
 
 namespace ddp::detail::pickle {
 namespace {

@@ -5,7 +5,7 @@
 #include <set>
 
 #include "ddp/error.h"
-#include "util/strings.h"
+#include "ddp/detail/strings.h"
 
 namespace ddp::detail::weights {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "util/strings.h"
+#include "ddp/detail/strings.h"
 
 namespace ddp::detail::weights {
 

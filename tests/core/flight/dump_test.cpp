@@ -1,6 +1,6 @@
 // The dump's text form and its reader: every dump reads back as it was, and every damaged or
 // foreign input is an IOError that names the file and the fault.
-#include "flight/dump.h"
+#include "ddp/detail/flight_dump.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>

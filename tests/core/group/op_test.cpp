@@ -1,6 +1,6 @@
 // Pure parts of the process group: argument checks, descriptions, fingerprints, diagnosis,
 // progress records (and their publication) and the reduction kernels.
-#include "group/op.h"
+#include "ddp/detail/op.h"
 
 #include <gtest/gtest.h>
 
@@ -85,7 +85,7 @@ TEST(Progress, RecordsRoundTripAndRejectJunk) {
 }
 
 // The reporter thread rests 20 ms after each write, so a record that changes right after one
-// would wait that long; a process about to end (group/last_words) writes it before it goes on.
+// would wait that long; a process about to end (flight/last_words) writes it before it goes on.
 TEST(Progress, PublishNowWritesAChangedRecordBeforeReturning) {
   auto store = std::make_shared<HashStore>();
   ProgressSlot slot(store, 3);

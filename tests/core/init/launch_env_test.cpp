@@ -1,4 +1,4 @@
-#include "init/launch_env.h"
+#include "ddp/detail/launch_env.h"
 
 #include <gtest/gtest.h>
 

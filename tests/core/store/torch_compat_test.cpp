@@ -16,7 +16,7 @@
 #include "store_contract.h"
 #include "support/launch.h"
 #include "support/multiprocess.h"
-#include "util/strings.h"
+#include "ddp/detail/strings.h"
 
 namespace ddp {
 namespace {

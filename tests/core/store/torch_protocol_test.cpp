@@ -13,10 +13,10 @@
 
 #include "ddp/error.h"
 #include "ddp/tcp_store.h"
-#include "net/socket.h"
+#include "ddp/detail/socket.h"
 #include "store/torch_wire.h"
 #include "store_contract.h"
-#include "util/strings.h"
+#include "ddp/detail/strings.h"
 
 namespace ddp {
 namespace {

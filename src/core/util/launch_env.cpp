@@ -1,9 +1,9 @@
-#include "init/launch_env.h"
+#include "ddp/detail/launch_env.h"
 
 #include <cstdlib>
 
 #include "ddp/error.h"
-#include "util/strings.h"
+#include "ddp/detail/strings.h"
 
 namespace ddp::detail {
 namespace {

@@ -1,10 +1,10 @@
-#include "group/failure_record.h"
+#include "ddp/detail/failure_record.h"
 
 #include <algorithm>
 #include <array>
 
 #include "ddp/error.h"
-#include "util/strings.h"
+#include "ddp/detail/strings.h"
 
 namespace ddp::detail {
 namespace {

@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <string>
 
-#include "init/launch_env.h"
+#include "ddp/detail/launch_env.h"
 
 namespace ddp::detail {
 

@@ -1,11 +1,11 @@
-#include "flight/analysis.h"
+#include "ddp/detail/flight_analysis.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <map>
 #include <set>
 
-#include "util/strings.h"
+#include "ddp/detail/strings.h"
 
 namespace ddp::detail {
 namespace {

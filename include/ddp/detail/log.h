@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "util/strings.h"
+#include "ddp/detail/strings.h"
 
 namespace ddp::detail {
 

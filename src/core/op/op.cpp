@@ -1,10 +1,10 @@
-#include "group/op.h"
+#include "ddp/detail/op.h"
 
 #include <cstring>
 
 #include "ddp/error.h"
 #include "reduce/reduce.h"
-#include "util/strings.h"
+#include "ddp/detail/strings.h"
 
 namespace ddp::detail {
 

@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "util/error_kind.h"
+#include "ddp/detail/error_kind.h"
 
 namespace ddp {
 class Store;

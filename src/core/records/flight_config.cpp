@@ -1,7 +1,7 @@
-#include "flight/config.h"
+#include "ddp/detail/flight_config.h"
 
 #include "ddp/error.h"
-#include "util/strings.h"
+#include "ddp/detail/strings.h"
 
 namespace ddp::detail {
 

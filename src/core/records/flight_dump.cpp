@@ -1,4 +1,4 @@
-#include "flight/dump.h"
+#include "ddp/detail/flight_dump.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -10,7 +10,7 @@
 #include <limits>
 
 #include "ddp/error.h"
-#include "util/strings.h"
+#include "ddp/detail/strings.h"
 
 namespace ddp::detail {
 namespace {

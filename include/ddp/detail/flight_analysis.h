@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "flight/dump.h"
+#include "ddp/detail/flight_dump.h"
 
 namespace ddp::detail {
 

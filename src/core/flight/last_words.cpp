@@ -1,4 +1,4 @@
-#include "group/last_words.h"
+#include "flight/last_words.h"
 
 #include <condition_variable>
 #include <map>
@@ -9,7 +9,7 @@
 
 #include "flight/recorder.h"
 #include "group/progress.h"
-#include "util/log.h"
+#include "ddp/detail/log.h"
 
 namespace ddp::detail {
 namespace {
