@@ -9,6 +9,7 @@
 
 #include <algorithm>
 
+#include "agent_report.h"
 #include "attempt_channel.h"
 #include "attempt_records.h"
 #include "checkpoint_record.h"
@@ -188,23 +189,13 @@ class Agent {
     enter_round(first);
   }
 
-  // "node 1 of 2: ranks 2 to 3 of 4", for a job of several nodes.
+  // This node's place in the job, for a job of several nodes or rounds.
   void say_place() const {
-    if (membership_.nnodes == 1 && !record_) return;
-    const int first = membership_.rank_offset();
-    say(cat(record_ && record_->round > 0 ? cat("round ", record_->round, ": ") : std::string(), "node ",
-            membership_.node_rank, " of ", membership_.nnodes, ": ranks ", first, " to ", first + config_.nproc - 1,
-            " of ", membership_.world_size()));
+    const std::optional<int> round = record_ ? std::optional<int>(record_->round) : std::nullopt;
+    if (const std::string line = place_line(membership_, config_.nproc, round); !line.empty()) say(line);
   }
 
-  void say_waiting(const RoundRecord& full) const {
-    const bool room = static_cast<int>(full.nodes.size()) < config_.max_nodes;
-    say(cat("the job runs with ", full.nodes.size(), " node", full.nodes.size() == 1 ? "" : "s", " (round ", full.round,
-            "); this node waits for the next round: ",
-            room ? "the running nodes stop their workers (SIGTERM, then --grace_period) to let it in"
-                 : cat("the job has the most nodes --nnodes=", config_.min_nodes, ":", config_.max_nodes,
-                       " allows, so until one is lost")));
-  }
+  void say_waiting(const RoundRecord& full) const { say(waiting_line(full, config_.min_nodes, config_.max_nodes)); }
 
   // An elastic round as formed: this node's place in it, and what changed.
   void enter_round(const RoundRecord& record) {
@@ -272,15 +263,8 @@ class Agent {
 
   // The job is over: the success report of an elastic job that changed, leaving in order.
   int finish_job(int exit_code) {
-    if (const std::string straggler = records_.last_straggler_report(); exit_code == 0 && !straggler.empty()) {
-      write_fully(STDERR_FILENO, cat("ddprun: the job succeeded; its last straggler report: ", straggler, "\n"));
-    }
-    if (exit_code == 0 && !history_.empty()) {
-      std::string text = cat("ddprun: the job succeeded in round ", round_, " with ", membership_.nnodes, " node",
-                             membership_.nnodes == 1 ? "" : "s", ", ", membership_.world_size(), " workers, after ",
-                             history_.size(), " membership change", history_.size() == 1 ? "" : "s", ":\n");
-      for (const auto& change : history_) text += "  " + history_line(change) + "\n";
-      write_fully(STDERR_FILENO, text);
+    if (exit_code == 0) {
+      write_fully(STDERR_FILENO, success_report(records_.last_straggler_report(), round_, membership_, history_));
     }
     if (store_gone_) return exit_code;
     // The agents the store must outlive: every node but this one (elastic: every one that came,
@@ -548,7 +532,7 @@ class Agent {
     for (const auto& problem : problems) say("note: " + problem);
     in.command = config_.command_line;
     in.straggler = records_.last_straggler_report();
-    for (const auto& change : history_) in.history.push_back(history_line(change));
+    in.history = history_lines(history_);
     write_fully(STDERR_FILENO, format_stop_report(in));
   }
 
@@ -562,7 +546,7 @@ class Agent {
     in.max_restarts = config_.max_restarts;
     in.restarting = restarting;
     in.straggler = records_.last_straggler_report();
-    for (const auto& change : history_) in.history.push_back(history_line(change));
+    in.history = history_lines(history_);
     std::vector<int> ranks;
     for (const WorkerExit& w : local) ranks.push_back(w.rank);
     write_fully(STDERR_FILENO, format_summary(in) + format_flight_report(flight_dir_, ranks, membership_.world_size()));
