@@ -73,7 +73,8 @@ int main(int argc, char** argv) {
   ddp::init_process_group(backend, {.timeout = std::chrono::minutes(5)});
   auto group = ddp::get_default_group();
   if (op != "all_reduce" && op != "broadcast" && op != "all_gather" && op != "reduce_scatter") {
-    std::fprintf(stderr, "allreduce_bench: --op %s is not all_reduce, broadcast, all_gather or reduce_scatter\n", op.c_str());
+    std::fprintf(stderr, "allreduce_bench: --op %s is not all_reduce, broadcast, all_gather or reduce_scatter\n",
+                 op.c_str());
     return 2;
   }
   const std::size_t n = max_bytes / sizeof(float);
@@ -96,14 +97,15 @@ int main(int argc, char** argv) {
   auto all_reduce = [&](std::size_t count) {
     std::shared_ptr<ddp::Work> work;
     const std::size_t part = count / world;
-    if (op == "all_reduce") work = group->all_reduce(ddp::buffer_of(data, count), ddp::ReduceOp::SUM, ddp::Launch::OnWait);
+    if (op == "all_reduce")
+      work = group->all_reduce(ddp::buffer_of(data, count), ddp::ReduceOp::SUM, ddp::Launch::OnWait);
     if (op == "broadcast") work = group->broadcast(ddp::buffer_of(data, count), 0, ddp::Launch::OnWait);
     if (op == "all_gather") {
       work = group->all_gather(ddp::buffer_of(other, part), ddp::buffer_of(data, part * world), ddp::Launch::OnWait);
     }
     if (op == "reduce_scatter") {
-      work = group->reduce_scatter(ddp::buffer_of(data, part * world), ddp::buffer_of(other, part),
-                                   ddp::ReduceOp::SUM, ddp::Launch::OnWait);
+      work = group->reduce_scatter(ddp::buffer_of(data, part * world), ddp::buffer_of(other, part), ddp::ReduceOp::SUM,
+                                   ddp::Launch::OnWait);
     }
     work->wait();
   };

@@ -67,7 +67,8 @@ struct Bottleneck : torch::nn::Module {
     c3 = register_module("conv3", conv(width, out, 1));
     b3 = register_module("bn3", torch::nn::BatchNorm2d(out));
     if (stride != 1 || in != out) {
-      down = register_module("downsample", torch::nn::Sequential(conv(in, out, 1, stride), torch::nn::BatchNorm2d(out)));
+      down =
+          register_module("downsample", torch::nn::Sequential(conv(in, out, 1, stride), torch::nn::BatchNorm2d(out)));
     }
   }
   at::Tensor forward(const at::Tensor& x) {
@@ -163,8 +164,8 @@ double run(const Config& c, at::Tensor x, int classes) {
   ddp::DistributedDataParallel ddp_model(model, options);
   if (c.hook) ddp_model->register_comm_hook(ddp::comm_hooks::allreduce());
   if (c.powersgd_rank > 0) {
-    auto state = std::make_shared<ddp::comm_hooks::PowerSGDState>(ddp::comm_hooks::PowerSGDOptions{
-        .matrix_approximation_rank = c.powersgd_rank, .start_powerSGD_iter = 2});
+    auto state = std::make_shared<ddp::comm_hooks::PowerSGDState>(
+        ddp::comm_hooks::PowerSGDOptions{.matrix_approximation_rank = c.powersgd_rank, .start_powerSGD_iter = 2});
     ddp_model->register_comm_hook(ddp::comm_hooks::powersgd(state));
   }
   torch::optim::SGD optimizer(ddp_model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
@@ -195,8 +196,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "ddp_step_bench: --comm-hook is allreduce or powersgd:RANK, not %s\n", hook.c_str());
         return 2;
       }
-    }
-    else if (flag == "--sync-bn") c.sync_bn = true;
+    } else if (flag == "--sync-bn") c.sync_bn = true;
     else if (flag == "--bucket-view") c.bucket_view = true;
     else {
       std::fprintf(stderr, "ddp_step_bench: unknown argument %s\n", flag.c_str());
@@ -208,7 +208,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (device == "cuda" && !torch::cuda::is_available()) {
-    std::fprintf(stderr, "ddp_step_bench: --device cuda, but LibTorch sees no CUDA device (CPU-only LibTorch, or no GPU)\n");
+    std::fprintf(stderr,
+                 "ddp_step_bench: --device cuda, but LibTorch sees no CUDA device (CPU-only LibTorch, or no GPU)\n");
     return 3;
   }
   if (model == "resnet50" && !batch_given) c.batch = 32;

@@ -25,13 +25,19 @@ int main(int argc, char** argv) {
     if (!strcmp(argv[i], "--min-bytes")) min_bytes = strtoull(argv[i + 1], NULL, 10);
     else if (!strcmp(argv[i], "--max-bytes")) max_bytes = strtoull(argv[i + 1], NULL, 10);
     else if (!strcmp(argv[i], "--repeats")) repeats = atoi(argv[i + 1]);
-    else { fprintf(stderr, "mpi_allreduce_bench: unknown flag %s\n", argv[i]); return 2; }
+    else {
+      fprintf(stderr, "mpi_allreduce_bench: unknown flag %s\n", argv[i]);
+      return 2;
+    }
   }
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   float* data = malloc(max_bytes);
   double* per_op = malloc(sizeof(double) * (size_t)repeats);
-  if (!data || !per_op) { fprintf(stderr, "mpi_allreduce_bench: out of memory\n"); MPI_Abort(MPI_COMM_WORLD, 1); }
+  if (!data || !per_op) {
+    fprintf(stderr, "mpi_allreduce_bench: out of memory\n");
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
   for (size_t i = 0; i < max_bytes / sizeof(float); ++i) data[i] = 1.0f;
   for (size_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
     int count = (int)(bytes / sizeof(float)), iters = iterations(bytes);

@@ -22,6 +22,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-torch                      # PyTorch 1.13: the reference peer of the compatibility tests and benchmarks
   clang libclang-rt-14-dev           # the store protocol fuzzer (libFuzzer)
+  clang-format                       # the C++ style (.clang-format, scripts/format.sh)
   iproute2 procps                    # network namespaces for multi-node tests; ps/pkill
 )
 

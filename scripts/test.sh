@@ -64,4 +64,9 @@ fi
 
 stage "fuzzing" scripts/fuzz.sh 60 || true
 
+# The C++ style (.clang-format), and the layers' walls (cmake/layers.cmake; every configure above
+# checked them too, this names a crossing without a build).
+stage "format" scripts/format.sh || true
+stage "layers" cmake -DDDP_ROOT="$PWD" -P cmake/layers.cmake || true
+
 finish_stages

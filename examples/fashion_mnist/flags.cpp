@@ -39,27 +39,29 @@ double to_double(const std::string& flag, const std::string& value) {
 Flags parse_flags(const std::vector<std::string>& args) {
   Flags f;
   using Setter = std::function<void(const std::string&, const std::string&)>;
-  const std::map<std::string, Setter> with_value = {
-      {"--epochs", [&](auto& k, auto& v) { f.epochs = static_cast<int>(to_int(k, v, 1)); }},
-      {"--batch-size", [&](auto& k, auto& v) { f.batch_size = static_cast<int>(to_int(k, v, 1)); }},
-      {"--lr", [&](auto& k, auto& v) { f.lr = to_double(k, v); }},
-      {"--accum", [&](auto& k, auto& v) { f.accum = static_cast<int>(to_int(k, v, 1)); }},
-      {"--data-dir", [&](auto&, auto& v) { f.data_dir = v; }},
-      {"--checkpoint-dir", [&](auto&, auto& v) { f.checkpoint_dir = v; }},
-      {"--out-dir", [&](auto&, auto& v) { f.out_dir = v; }},
-      {"--init-from", [&](auto&, auto& v) { f.init_from = v; }},
-      {"--seed", [&](auto& k, auto& v) { f.seed = static_cast<std::uint64_t>(to_int(k, v, 0)); }},
-      {"--backend", [&](auto& k, auto& v) {
-         if (v != "gloo" && v != "nccl") throw std::invalid_argument(k + " is gloo or nccl, not '" + v + "'");
-         f.backend = v;
-       }},
-      {"--checkpoint-every", [&](auto& k, auto& v) { f.checkpoint_every = static_cast<int>(to_int(k, v, 1)); }},
-      {"--log-every", [&](auto& k, auto& v) { f.log_every = static_cast<int>(to_int(k, v, 1)); }},
-      {"--limit-train", [&](auto& k, auto& v) { f.limit_train = to_int(k, v, 0); }},
-      {"--limit-test", [&](auto& k, auto& v) { f.limit_test = to_int(k, v, 0); }},
-      {"--stop-after", [&](auto& k, auto& v) { f.stop_after = to_int(k, v, 1); }},
-      {"--timeout", [&](auto& k, auto& v) { f.timeout = to_double(k, v); }},
-      {"--sample-log", [&](auto&, auto& v) { f.sample_log = v; }},
+  const std::map<std::string, Setter> with_value =
+      {
+          {"--epochs", [&](auto& k, auto& v) { f.epochs = static_cast<int>(to_int(k, v, 1)); }},
+          {"--batch-size", [&](auto& k, auto& v) { f.batch_size = static_cast<int>(to_int(k, v, 1)); }},
+          {"--lr", [&](auto& k, auto& v) { f.lr = to_double(k, v); }},
+          {"--accum", [&](auto& k, auto& v) { f.accum = static_cast<int>(to_int(k, v, 1)); }},
+          {"--data-dir", [&](auto&, auto& v) { f.data_dir = v; }},
+          {"--checkpoint-dir", [&](auto&, auto& v) { f.checkpoint_dir = v; }},
+          {"--out-dir", [&](auto&, auto& v) { f.out_dir = v; }},
+          {"--init-from", [&](auto&, auto& v) { f.init_from = v; }},
+          {"--seed", [&](auto& k, auto& v) { f.seed = static_cast<std::uint64_t>(to_int(k, v, 0)); }},
+          {"--backend",
+           [&](auto& k, auto& v) {
+    if (v != "gloo" && v != "nccl") throw std::invalid_argument(k + " is gloo or nccl, not '" + v + "'");
+    f.backend = v;
+           }},
+          {"--checkpoint-every", [&](auto& k, auto& v) { f.checkpoint_every = static_cast<int>(to_int(k, v, 1)); }},
+          {"--log-every", [&](auto& k, auto& v) { f.log_every = static_cast<int>(to_int(k, v, 1)); }},
+          {"--limit-train", [&](auto& k, auto& v) { f.limit_train = to_int(k, v, 0); }},
+          {"--limit-test", [&](auto& k, auto& v) { f.limit_test = to_int(k, v, 0); }},
+          {"--stop-after", [&](auto& k, auto& v) { f.stop_after = to_int(k, v, 1); }},
+          {"--timeout", [&](auto& k, auto& v) { f.timeout = to_double(k, v); }},
+          {"--sample-log", [&](auto&, auto& v) { f.sample_log = v; }},
   };
   for (std::size_t i = 0; i < args.size(); ++i) {
     std::string key = args[i], value;
@@ -95,7 +97,9 @@ Flags parse_flags(const std::vector<std::string>& args) {
 
 std::string help_text(const std::string& program) {
   return "Trains a CNN on Fashion-MNIST with DistributedDataParallel, one process per device.\n\n"
-         "  ddprun --nproc_per_node=2 " + program + " [flags]\n\n"
+         "  ddprun --nproc_per_node=2 " +
+         program +
+         " [flags]\n\n"
          "  --epochs N            epochs to train (default 3)\n"
          "  --batch-size N        batch size per rank (default 64)\n"
          "  --lr X                peak learning rate of SGD with momentum 0.9, cosine decay (default 0.05)\n"

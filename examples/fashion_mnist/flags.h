@@ -7,12 +7,12 @@
 
 struct Flags {
   int epochs = 3;
-  int batch_size = 64;           // per rank
-  double lr = 0.05;              // peak learning rate (SGD, momentum 0.9, cosine decay)
-  int accum = 1;                 // micro-batches per optimizer step (no_sync on all but the last)
+  int batch_size = 64;  // per rank
+  double lr = 0.05;     // peak learning rate (SGD, momentum 0.9, cosine decay)
+  int accum = 1;        // micro-batches per optimizer step (no_sync on all but the last)
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   std::string checkpoint_dir = "checkpoints";
-  std::string out_dir;           // metrics.csv and metrics.svg; default: checkpoint_dir
+  std::string out_dir;  // metrics.csv and metrics.svg; default: checkpoint_dir
   std::uint64_t seed = 0;
   std::string backend;           // "", "gloo" or "nccl"
   bool resume = true;            // continue from the newest checkpoint in checkpoint_dir

@@ -132,7 +132,8 @@ int main(int argc, char** argv) {
   std::signal(SIGTERM, [](int) { stop_requested = 1; });
   try {
     // 1. Join the process group: rank and world size come from the launcher (ddprun, torchrun).
-    ddp::init_process_group(flags.backend, {.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(flags.timeout * 1000))});
+    ddp::init_process_group(flags.backend,
+                            {.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(flags.timeout * 1000))});
     const int rank = ddp::get_rank(), world = ddp::get_world_size();
     // 2. One device per process, chosen by LOCAL_RANK.
     const int local_rank = ddp::get_local_rank();
@@ -146,7 +147,8 @@ int main(int argc, char** argv) {
 
     ddp::data::FashionMNIST train(flags.data_dir, ddp::data::FashionMNIST::Mode::kTrain);
     ddp::data::FashionMNIST test(flags.data_dir, ddp::data::FashionMNIST::Mode::kTest);
-    const auto train_size = flags.limit_train ? std::min<std::int64_t>(flags.limit_train, *train.size()) : *train.size();
+    const auto train_size =
+        flags.limit_train ? std::min<std::int64_t>(flags.limit_train, *train.size()) : *train.size();
     const auto test_size = flags.limit_test ? std::min<std::int64_t>(flags.limit_test, *test.size()) : *test.size();
 
     // 3. The model on its device, wrapped in DistributedDataParallel (it starts from rank 0's weights).
@@ -175,7 +177,8 @@ int main(int argc, char** argv) {
     ddp::DistributedSampler sampler(static_cast<std::size_t>(train_size), {.seed = flags.seed});
     auto loader = torch::data::make_data_loader(train.map(torch::data::transforms::Stack<>()), sampler,
                                                 torch::data::DataLoaderOptions(flags.batch_size));
-    const std::int64_t batches_per_epoch = (static_cast<std::int64_t>(sampler.size()) + flags.batch_size - 1) / flags.batch_size;
+    const std::int64_t batches_per_epoch =
+        (static_cast<std::int64_t>(sampler.size()) + flags.batch_size - 1) / flags.batch_size;
     const std::int64_t steps_per_epoch = (batches_per_epoch + flags.accum - 1) / flags.accum;
     const std::int64_t total_samples = train_size * flags.epochs;
     // The training samples the whole job has consumed in the run, at any world size.
@@ -191,7 +194,8 @@ int main(int argc, char** argv) {
     double epoch_seconds_before = 0;  // training time of the epoch under way spent before the last resume
     std::vector<EpochMetrics> history;
     if (!flags.resume && !checkpoints.list().empty()) {
-      throw std::invalid_argument("--no-resume, but " + flags.checkpoint_dir + " holds checkpoints of an earlier run; "
+      throw std::invalid_argument("--no-resume, but " + flags.checkpoint_dir +
+                                  " holds checkpoints of an earlier run; "
                                   "new ones would mix with them. Choose another --checkpoint-dir, or delete them.");
     }
     if (flags.resume) {
@@ -285,7 +289,8 @@ int main(int argc, char** argv) {
                 << ", " << device << "), " << train_size << " training and " << test_size << " test images, "
                 << flags.epochs << " epochs of " << steps_per_epoch << " steps, batch " << flags.batch_size
                 << " per rank" << (flags.accum > 1 ? " x " + std::to_string(flags.accum) + " micro-batches" : "")
-                << (flags.amp ? (device.is_cuda() ? ", float16 autocast with a GradScaler" : ", bfloat16 autocast") : "")
+                << (flags.amp ? (device.is_cuda() ? ", float16 autocast with a GradScaler" : ", bfloat16 autocast")
+                              : "")
                 << (flags.sync_bn ? ", SyncBatchNorm" : "") << std::endl;
     }
     Progress progress(leader, flags.epochs, steps_per_epoch,
@@ -298,7 +303,8 @@ int main(int argc, char** argv) {
       if (batches_done == 0) sampler.set_epoch(epoch);
       const std::int64_t batches_in_pass =
           (static_cast<std::int64_t>(sampler.pass_size()) + flags.batch_size - 1) / flags.batch_size;
-      std::vector<std::int64_t> pass_ids;  // --sample-log: this rank's indices of the pass, as the sampler hands them out
+      std::vector<std::int64_t>
+          pass_ids;  // --sample-log: this rank's indices of the pass, as the sampler hands them out
       if (sample_log.is_open()) {
         const auto st = sampler.state();
         pass_ids = ddp::distributed_pass_indices(train_size, world, rank, st.seed, st.epoch, st.start);
@@ -306,7 +312,8 @@ int main(int argc, char** argv) {
       // A resumed epoch's time and images count from the epoch's start, not from the resume.
       const auto epoch_start = std::chrono::steady_clock::now();
       auto epoch_seconds = [&] {
-        return epoch_seconds_before + std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
+        return epoch_seconds_before +
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
       };
       for (auto& batch : *loader) {
         const std::int64_t micro = batches_done % flags.accum;
@@ -325,8 +332,8 @@ int main(int argc, char** argv) {
         auto step_loss = [&] {
           at::Tensor loss;
           {
-            ddp::amp::Autocast autocast(device.type(), {.dtype = device.is_cuda() ? torch::kHalf : torch::kBFloat16,
-                                                        .enabled = flags.amp});
+            ddp::amp::Autocast autocast(
+                device.type(), {.dtype = device.is_cuda() ? torch::kHalf : torch::kBFloat16, .enabled = flags.amp});
             loss = torch::cross_entropy_loss(model->forward(x), y);
           }
           scaler.scale(loss / static_cast<double>(group)).backward();
@@ -352,7 +359,8 @@ int main(int argc, char** argv) {
         const std::int64_t step_in_epoch = (sampler.state().samples_consumed() + images_per_step - 1) / images_per_step;
         const bool log_now = step % flags.log_every == 0 || batches_done == batches_in_pass;
         if (log_now) {  // every rank at the same steps: these are collectives
-          auto sums = sum_over_ranks({loss_sums.window_sum, loss_sums.window_count, static_cast<double>(stop_requested)});
+          auto sums =
+              sum_over_ranks({loss_sums.window_sum, loss_sums.window_count, static_cast<double>(stop_requested)});
           loss_sums.close_window();
           progress.update(epoch + 1, step_in_epoch, step, sums[0] / sums[1]);
           if (sums[2] > 0 && batches_done < batches_in_pass) {
@@ -366,11 +374,13 @@ int main(int argc, char** argv) {
         if (step == flags.stop_after && batches_done < batches_in_pass) {
           save_checkpoint(epoch, epoch_seconds());
           progress.finish_line();
-          if (leader) std::cout << "stopping after step " << step << " (--stop-after); run again to resume" << std::endl;
+          if (leader)
+            std::cout << "stopping after step " << step << " (--stop-after); run again to resume" << std::endl;
           ddp::destroy_process_group();
           return 0;
         }
-        if (step % flags.checkpoint_every == 0 && batches_done < batches_in_pass) save_checkpoint(epoch, epoch_seconds());
+        if (step % flags.checkpoint_every == 0 && batches_done < batches_in_pass)
+          save_checkpoint(epoch, epoch_seconds());
       }
       progress.finish_line();
       // Which rank held the others back this epoch, and where its time went (a collective).
@@ -398,16 +408,19 @@ int main(int argc, char** argv) {
       if (step == flags.stop_after) break;
     }
     if (leader && start_epoch >= flags.epochs) {
-      std::printf("the run in %s has already trained all %d epochs; nothing to do (raise --epochs to train longer, "
-                  "or choose another --checkpoint-dir for a new run)\n", flags.checkpoint_dir.c_str(), flags.epochs);
+      std::printf(
+          "the run in %s has already trained all %d epochs; nothing to do (raise --epochs to train longer, "
+          "or choose another --checkpoint-dir for a new run)\n",
+          flags.checkpoint_dir.c_str(), flags.epochs);
     }
     if (leader && !history.empty()) {
       double total = 0;
       for (const auto& m : history) total += m.seconds;
-      std::printf("done: test accuracy %.2f%% after %d epochs (%.0f s of training); metrics in %s/metrics.csv and "
-                  "%s/metrics.svg\n",
-                  100 * history.back().test_accuracy, history.back().epoch, total, flags.out_dir.c_str(),
-                  flags.out_dir.c_str());
+      std::printf(
+          "done: test accuracy %.2f%% after %d epochs (%.0f s of training); metrics in %s/metrics.csv and "
+          "%s/metrics.svg\n",
+          100 * history.back().test_accuracy, history.back().epoch, total, flags.out_dir.c_str(),
+          flags.out_dir.c_str());
     }
     // 8. The trained weights, for Python's torch.load and for safetensors readers: rank 0 writes,
     //    everyone waits (the lesson's "if rank == 0: torch.save(model.module.state_dict())", barrier).

@@ -39,7 +39,7 @@ struct NetImpl : torch::nn::Module {
   }
 
   torch::nn::Conv2d conv1{nullptr}, conv2{nullptr};
-  torch::nn::BatchNorm2d bn1{nullptr}, bn2{nullptr};  // without sync_bn
+  torch::nn::BatchNorm2d bn1{nullptr}, bn2{nullptr};        // without sync_bn
   ddp::SyncBatchNorm sync_bn1{nullptr}, sync_bn2{nullptr};  // with it
   torch::nn::Linear fc1{nullptr}, fc2{nullptr};
   torch::nn::Dropout dropout{nullptr};

@@ -67,7 +67,8 @@ void chart(std::ostringstream& svg, const Box& panel, const std::string& title, 
     }
     for (const auto& s : series) {
       svg << "<polyline class='series' fill='none' stroke-width='2' stroke='" << s.color << "' points='";
-      for (std::size_t i = 0; i < s.values.size(); ++i) svg << px(static_cast<double>(i + 1)) << "," << py(s.values[i]) << " ";
+      for (std::size_t i = 0; i < s.values.size(); ++i)
+        svg << px(static_cast<double>(i + 1)) << "," << py(s.values[i]) << " ";
       svg << "'/>\n";
       for (std::size_t i = 0; i < s.values.size(); ++i) {
         svg << "<circle r='3' fill='" << s.color << "' cx='" << px(static_cast<double>(i + 1)) << "' cy='"
@@ -134,8 +135,8 @@ PanelLayout panel_layout(const Box& panel, const std::vector<std::string>& serie
   }
   if (!l.legend_entries.empty() && l.legend_entries.back().right() > l.legend.right()) {
     throw std::invalid_argument("panel_layout: the legend's entries need " +
-                                std::to_string(l.legend_entries.back().right() - l.legend.x) +
-                                " px, the panel has " + std::to_string(l.legend.w));
+                                std::to_string(l.legend_entries.back().right() - l.legend.x) + " px, the panel has " +
+                                std::to_string(l.legend.w));
   }
   return l;
 }

@@ -9,7 +9,7 @@
 
 // Axis ticks at round values: steps of 1, 2 or 5 times a power of ten.
 struct Ticks {
-  double lo = 0, hi = 1;       // the axis range: the first and the last tick
+  double lo = 0, hi = 1;  // the axis range: the first and the last tick
   double step = 1;
   int decimals = 0;            // what the labels need to show the step exactly
   std::vector<double> values;  // lo, lo + step, ..., hi

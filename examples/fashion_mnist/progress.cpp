@@ -18,8 +18,13 @@ std::string clock_text(double seconds) {
 
 Progress::Progress(bool show, int epochs, std::int64_t steps_per_epoch, std::int64_t images_per_step,
                    std::int64_t first_step)
-    : show_(show), tty_(::isatty(STDOUT_FILENO) == 1), epochs_(epochs), steps_per_epoch_(steps_per_epoch),
-      images_per_step_(images_per_step), first_step_(first_step), start_(std::chrono::steady_clock::now()),
+    : show_(show),
+      tty_(::isatty(STDOUT_FILENO) == 1),
+      epochs_(epochs),
+      steps_per_epoch_(steps_per_epoch),
+      images_per_step_(images_per_step),
+      first_step_(first_step),
+      start_(std::chrono::steady_clock::now()),
       last_print_(start_) {}
 
 void Progress::update(int epoch, std::int64_t step, std::int64_t total_step, double loss) {

@@ -26,10 +26,10 @@ struct InitOptions {
   // them), "tcp://host:port" (rank 0 hosts the store there), or "file:///path" (a FileStore on a
   // file system every process sees).
   std::string init_method = "env://";
-  std::optional<int> world_size;  // overrides WORLD_SIZE
-  std::optional<int> rank;        // overrides RANK
+  std::optional<int> world_size;                        // overrides WORLD_SIZE
+  std::optional<int> rank;                              // overrides RANK
   std::chrono::milliseconds timeout = kDefaultTimeout;  // rendezvous and every collective
-  std::shared_ptr<Store> store;   // rendezvous through this store instead of init_method
+  std::shared_ptr<Store> store;                         // rendezvous through this store instead of init_method
 };
 
 // Creates the default group ("world"). `backend`: "gloo" (CPU tensors), "nccl" (CUDA tensors),

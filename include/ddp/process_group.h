@@ -41,9 +41,9 @@ enum class Launch { Async, OnWait };
 
 struct ProcessGroupOptions {
   std::chrono::milliseconds timeout = kDefaultTimeout;  // bounds every operation
-  std::string name = "world";                          // shown in errors; keys the store
-  std::vector<int> global_ranks;  // global rank of each group rank; empty: the identity
-  std::string master_addr;        // the host the job's store runs on (picks the network interface)
+  std::string name = "world";                           // shown in errors; keys the store
+  std::vector<int> global_ranks;                        // global rank of each group rank; empty: the identity
+  std::string master_addr;  // the host the job's store runs on (picks the network interface)
 };
 
 class ProcessGroup {
@@ -52,8 +52,8 @@ class ProcessGroup {
   // `store`, backend and name. Blocks until all have joined or the timeout passes. A group of
   // size 1 needs no peers. Throws InvalidArgument for an unknown backend or bad rank/size,
   // TimeoutError naming the ranks that never arrived, and the backend's setup errors.
-  static std::shared_ptr<ProcessGroup> create(const std::string& backend, std::shared_ptr<Store> store,
-                                              int rank, int size, ProcessGroupOptions options = {});
+  static std::shared_ptr<ProcessGroup> create(const std::string& backend, std::shared_ptr<Store> store, int rank,
+                                              int size, ProcessGroupOptions options = {});
   // Waits for queued operations (each bounded by the timeout), then leaves the group cleanly.
   ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;

@@ -41,8 +41,7 @@ class Store {
   // Atomically: if the key's current value equals `expected` (or the key is missing and
   // `expected` is empty), sets it to `desired`. Returns the value the key holds afterwards (for
   // a missing key whose expected value was not empty: `expected`, as PyTorch does).
-  virtual std::string compare_set(const std::string& key, const std::string& expected,
-                                  const std::string& desired) = 0;
+  virtual std::string compare_set(const std::string& key, const std::string& expected, const std::string& desired) = 0;
 
   // True when every key exists. Never blocks.
   virtual bool check(const std::vector<std::string>& keys) = 0;

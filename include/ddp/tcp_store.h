@@ -92,8 +92,7 @@ class TCPStore : public Store {
   std::vector<std::string> multi_get(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   using Store::multi_get;
   std::int64_t add(const std::string& key, std::int64_t delta) override;
-  std::string compare_set(const std::string& key, const std::string& expected,
-                          const std::string& desired) override;
+  std::string compare_set(const std::string& key, const std::string& expected, const std::string& desired) override;
   bool check(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   using Store::wait;

@@ -14,8 +14,10 @@ void register_builtin_backends() {
   std::call_once(once, [] {
     // A user's own registration under the same name wins. "gloo" is the CPU backend: Gloo between
     // hosts, shared memory within one (cpu/cpu_backend.h; DDP_SHM=0: Gloo alone).
-    if (!is_backend_registered("gloo")) register_backend("gloo", make_cpu_backend, [](const Device& d) { return d.is_cpu(); });
-    if (!is_backend_registered("nccl")) register_backend("nccl", make_nccl_backend, [](const Device& d) { return d.is_cuda(); });
+    if (!is_backend_registered("gloo"))
+      register_backend("gloo", make_cpu_backend, [](const Device& d) { return d.is_cpu(); });
+    if (!is_backend_registered("nccl"))
+      register_backend("nccl", make_nccl_backend, [](const Device& d) { return d.is_cuda(); });
   });
 }
 

@@ -39,11 +39,11 @@ struct ProcessGroup::State {
   int size = 1;
   std::vector<int> global_ranks;
   std::atomic<long long> timeout_ms{0};
-  std::shared_ptr<Store> store;  // this group's keys
+  std::shared_ptr<Store> store;                  // this group's keys
   std::unique_ptr<detail::BackendSet> backends;  // one, or one per device type
   std::unique_ptr<detail::ProgressSlot> progress;
   std::shared_ptr<detail::FailureHandler> failures;  // groups of more than one
-  std::uint64_t last_words = 0;                      // its note for the peers should the process end (flight/last_words)
+  std::uint64_t last_words = 0;      // its note for the peers should the process end (flight/last_words)
   FlightRecorder* flight = nullptr;  // the process's flight recorder
   std::uint32_t flight_group = 0;    // this group's index in it
 
@@ -235,14 +235,17 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const std::string& backend, s
     throw InvalidArgument(cat("process group: the timeout must be positive, got ", options.timeout.count(), " ms"));
   }
   if (!options.global_ranks.empty() && static_cast<int>(options.global_ranks.size()) != size) {
-    throw InvalidArgument(cat("process group: ", options.global_ranks.size(), " global ranks given for a group of ", size));
+    throw InvalidArgument(
+        cat("process group: ", options.global_ranks.size(), " global ranks given for a group of ", size));
   }
   const auto choices = detail::parse_backend_spec(backend);
   for (const auto& choice : choices) {  // unknown names fail here, before any waiting
     const auto accepts = detail::accepted_devices(choice.backend);
     if (choice.device == Device::Type::CPU && !accepts(Device{})) {
-      throw InvalidArgument(cat("backend ", detail::quote(backend), ": ", choice.backend, " takes no CPU buffers; name "
-                                "a CPU backend for cpu, e.g. \"cpu:gloo,cuda:", choice.backend, "\""));
+      throw InvalidArgument(cat("backend ", detail::quote(backend), ": ", choice.backend,
+                                " takes no CPU buffers; name "
+                                "a CPU backend for cpu, e.g. \"cpu:gloo,cuda:",
+                                choice.backend, "\""));
     }
   }
   auto& flight = FlightRecorder::instance();  // first: a bad DDP_FLIGHT_RECORDER fails before any waiting
@@ -356,7 +359,8 @@ void ProcessGroup::set_timeout(std::chrono::milliseconds timeout) {
 
 int ProcessGroup::global_rank(int rank) const {
   if (rank < 0 || rank >= state_->size) {
-    throw InvalidArgument(cat("global_rank: ", rank, " is not a rank of group '", state_->name, "' (0 to ", state_->size - 1, ")"));
+    throw InvalidArgument(
+        cat("global_rank: ", rank, " is not a rank of group '", state_->name, "' (0 to ", state_->size - 1, ")"));
   }
   return state_->global_ranks[rank];
 }

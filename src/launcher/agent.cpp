@@ -145,8 +145,9 @@ class Agent {
                              " x keep_alive_max_attempt=", config_.keep_alive_max_attempt);
     if (config_.max_nodes > 1) {
       say(cat(coordinator() ? "hosting" : "joining", " job ", detail::quote(config_.run_id), " at ", store_address_,
-              "; waiting for ", config_.min_nodes == config_.max_nodes ? cat(config_.max_nodes) :
-                                                                         cat(config_.min_nodes, " to ", config_.max_nodes),
+              "; waiting for ",
+              config_.min_nodes == config_.max_nodes ? cat(config_.max_nodes)
+                                                     : cat(config_.min_nodes, " to ", config_.max_nodes),
               " nodes"));
     }
     int first_round = 0;
@@ -183,8 +184,8 @@ class Agent {
       throw Error(cat("the job could not start: ", early.end.what));
     }
     if (!first.formed) {
-      throw TimeoutError(cat(first.failure, ". ", how_to_start(s.backend),
-                             " (--rdzv_conf join_timeout=SECONDS waits longer.)"));
+      throw TimeoutError(
+          cat(first.failure, ". ", how_to_start(s.backend), " (--rdzv_conf join_timeout=SECONDS waits longer.)"));
     }
     enter_round(first);
   }
@@ -350,9 +351,7 @@ class Agent {
     return others;
   }
 
-  NodeWatch watch_others() const {
-    return NodeWatch(other_nodes(), config_.silence_limit(), rdzv_.silence_settings);
-  }
+  NodeWatch watch_others() const { return NodeWatch(other_nodes(), config_.silence_limit(), rdzv_.silence_settings); }
 
   // The coordinator's look while the round runs (see round_watch).
   std::function<std::optional<AttemptEnd>(Store&)> watch_round() const {
@@ -393,8 +392,11 @@ class Agent {
       std::string chosen;
       openblas_coretype_ = openblas_coretype_here(&chosen);
       if (openblas_coretype_) {
-        say(cat("note: setting OPENBLAS_CORETYPE=", *openblas_coretype_, " for each worker: this machine's OpenBLAS "
-                "does not know its CPU and chose its ", chosen, " kernels, without the CPU's vector units (matrix "
+        say(cat("note: setting OPENBLAS_CORETYPE=", *openblas_coretype_,
+                " for each worker: this machine's OpenBLAS "
+                "does not know its CPU and chose its ",
+                chosen,
+                " kernels, without the CPU's vector units (matrix "
                 "products about 3x slower); set OPENBLAS_CORETYPE yourself to choose"));
       }
     }
@@ -429,9 +431,8 @@ class Agent {
         group.stop(SIGKILL, 0ms);
         return {false, 1};
       }
-      group.bound_stopped(config_.stopped_timeout, membership_.world_size(), [&] {
-        return membership_.nnodes == 1 || others_succeeded(channel);
-      });
+      group.bound_stopped(config_.stopped_timeout, membership_.world_size(),
+                          [&] { return membership_.nnodes == 1 || others_succeeded(channel); });
       WorkerGroup::Wakeup wakeup;
       for (;;) {
         wakeup = group.wait(watcher.fd());
@@ -456,8 +457,8 @@ class Agent {
           failed.kind = AttemptEnd::Kind::WorkerFailed;
           const std::size_t index = *group.failed_worker();
           failed.worker = group.exits()[index];
-          failed.blame = blame_for(group, index, membership_,
-                                   [&](int rank) { return detail::read_failure(*store_, rank); });
+          failed.blame =
+              blame_for(group, index, membership_, [&](int rank) { return detail::read_failure(*store_, rank); });
           end = publish(channel, failed);
           group.stop(SIGTERM, config_.grace_period);
           break;
@@ -565,19 +566,19 @@ class Agent {
   int port_ = 0;
   std::string store_address_;
   RendezvousSettings rdzv_;
-  int agent_ = 0;           // this agent's id: its node rank (static), its arrival number (c10d)
-  Membership membership_;   // of the round under way
-  int round_ = 0;           // the round (attempt) under way: TORCHELASTIC_RESTART_COUNT
-  int restarts_used_ = 0;   // of --max_restarts
-  int previous_world_ = 0;  // the largest world size so far: its ranks' lost records are cleared
-  std::optional<RoundRecord> record_;          // elastic: the round under way
-  std::vector<MembershipChange> history_;      // elastic: every change so far
-  bool notes_said_ = false;  // the notes on OMP_NUM_THREADS and OPENBLAS_CORETYPE said (once)
+  int agent_ = 0;                                 // this agent's id: its node rank (static), its arrival number (c10d)
+  Membership membership_;                         // of the round under way
+  int round_ = 0;                                 // the round (attempt) under way: TORCHELASTIC_RESTART_COUNT
+  int restarts_used_ = 0;                         // of --max_restarts
+  int previous_world_ = 0;                        // the largest world size so far: its ranks' lost records are cleared
+  std::optional<RoundRecord> record_;             // elastic: the round under way
+  std::vector<MembershipChange> history_;         // elastic: every change so far
+  bool notes_said_ = false;                       // the notes on OMP_NUM_THREADS and OPENBLAS_CORETYPE said (once)
   std::optional<std::string> openblas_coretype_;  // for the workers (openblas.h)
-  bool store_gone_ = false;  // this node lost the store: leaving would wait for nothing
+  bool store_gone_ = false;                       // this node lost the store: leaving would wait for nothing
   std::shared_ptr<TCPStore> store_;
   std::unique_ptr<Heartbeat> heartbeat_;  // after store_: it beats on a clone of it
-  std::string flight_dir_;  // where this attempt's workers write their flight recorder dumps
+  std::string flight_dir_;                // where this attempt's workers write their flight recorder dumps
 };
 
 }  // namespace

@@ -15,10 +15,11 @@ std::string place_line(const Membership& membership, int nproc, std::optional<in
 
 std::string waiting_line(const RoundRecord& full, int min_nodes, int max_nodes) {
   const bool room = static_cast<int>(full.nodes.size()) < max_nodes;
-  return cat("the job runs with ", full.nodes.size(), " node", full.nodes.size() == 1 ? "" : "s", " (round ", full.round,
-             "); this node waits for the next round: ",
-             room ? "the running nodes stop their workers (SIGTERM, then --grace_period) to let it in"
-                  : cat("the job has the most nodes --nnodes=", min_nodes, ":", max_nodes, " allows, so until one is lost"));
+  return cat(
+      "the job runs with ", full.nodes.size(), " node", full.nodes.size() == 1 ? "" : "s", " (round ", full.round,
+      "); this node waits for the next round: ",
+      room ? "the running nodes stop their workers (SIGTERM, then --grace_period) to let it in"
+           : cat("the job has the most nodes --nnodes=", min_nodes, ":", max_nodes, " allows, so until one is lost"));
 }
 
 std::string success_report(const std::string& straggler, int round, const Membership& membership,

@@ -34,8 +34,11 @@ std::optional<AttemptEnd> find_lost_agent(NodeWatch& watch, Store& store, const 
 AttemptEnd store_lost_end(const AttemptEnd& reporter, const std::string& store_address, const std::string& error) {
   AttemptEnd end = reporter;
   end.kind = AttemptEnd::Kind::StoreLost;
-  end.what = cat("this node lost the job's store at ", store_address, ": the ddprun hosting it has exited or cannot be "
-                 "reached (", error, "). The node hosting the store cannot be lost, even in an elastic job "
+  end.what = cat("this node lost the job's store at ", store_address,
+                 ": the ddprun hosting it has exited or cannot be "
+                 "reached (",
+                 error,
+                 "). The node hosting the store cannot be lost, even in an elastic job "
                  "(--nnodes=MIN:MAX), as with torchrun's c10d rendezvous: run it where it is least likely to go.");
   return end;
 }
@@ -69,8 +72,8 @@ void AttemptChannel::start_barrier(std::chrono::milliseconds timeout, const std:
     if (!coordinator_ && store_.check({go})) return;
     if (Clock::now() >= deadline) {
       const auto arrived = store_.add(ready, 0);
-      throw TimeoutError(cat("only ", arrived, " of ", membership_.nnodes, " nodes reached attempt ",
-                             attempt_ + 1, " within ", detail::format_duration(timeout),
+      throw TimeoutError(cat("only ", arrived, " of ", membership_.nnodes, " nodes reached attempt ", attempt_ + 1,
+                             " within ", detail::format_duration(timeout),
                              ". A node's ddprun is stuck or gone; check the other nodes' output."));
     }
     wait_for_keys(store_, {go}, std::min(deadline, Clock::now() + 100ms), check_interrupt);

@@ -43,8 +43,8 @@ class AttemptChannel {
   // when the attempt's end was written meanwhile (a node was interrupted, or is gone: the
   // coordinator checks with `others`), TimeoutError naming the missing nodes after `timeout`, or
   // what check_interrupt throws.
-  void start_barrier(std::chrono::milliseconds timeout, const std::function<void()>& check_interrupt,
-                     NodeWatch* others, int stale_ranks);
+  void start_barrier(std::chrono::milliseconds timeout, const std::function<void()>& check_interrupt, NodeWatch* others,
+                     int stale_ranks);
 
   // Writes `end` as the attempt's end unless one is written already; returns the one that stands.
   AttemptEnd publish_end(const AttemptEnd& end);
@@ -82,8 +82,8 @@ class EndWatcher {
     const Heartbeat* heartbeat = nullptr;                   // may be null
     std::chrono::milliseconds interval{100};
     std::chrono::milliseconds request_timeout{60000};  // a store that does not answer in time is lost
-    std::string store_address;  // for messages
-    AttemptEnd reporter;        // node_rank, host and agent_pid of this node, for records it writes
+    std::string store_address;                         // for messages
+    AttemptEnd reporter;  // node_rank, host and agent_pid of this node, for records it writes
   };
   EndWatcher(std::shared_ptr<Store> store, Settings settings);
   ~EndWatcher();

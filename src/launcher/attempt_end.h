@@ -22,23 +22,23 @@ struct Blame {
 
 struct AttemptEnd {
   enum class Kind {
-    Succeeded,     // every worker on every node exited 0
-    WorkerFailed,  // `worker` exited non-zero or died from a signal
-    Interrupted,   // a ddprun received SIGINT/SIGTERM/SIGHUP (`signal`)
-    AgentLost,     // a node's ddprun vanished (its connection to the store closed)
-    AgentFailed,   // a node's ddprun stopped with an error (it could not join, start its workers, ...)
-    StoreLost,     // this node lost the job's store (node 0's ddprun is gone)
+    Succeeded,      // every worker on every node exited 0
+    WorkerFailed,   // `worker` exited non-zero or died from a signal
+    Interrupted,    // a ddprun received SIGINT/SIGTERM/SIGHUP (`signal`)
+    AgentLost,      // a node's ddprun vanished (its connection to the store closed)
+    AgentFailed,    // a node's ddprun stopped with an error (it could not join, start its workers, ...)
+    StoreLost,      // this node lost the job's store (node 0's ddprun is gone)
     WorkerStopped,  // `worker` stayed stopped (SIGSTOP) after the rest of the job exited, past --stopped_timeout
     NodeWaiting,    // elastic: a node waits to join; the group re-forms (not a failure, no restart used)
   };
   Kind kind = Kind::Succeeded;
-  WorkerExit worker;  // WorkerFailed: the first worker that failed; WorkerStopped: the stopped one
+  WorkerExit worker;           // WorkerFailed: the first worker that failed; WorkerStopped: the stopped one
   std::optional<Blame> blame;  // WorkerFailed: the root cause, when it is another rank
-  int signal = 0;     // Interrupted
-  int node_rank = 0;  // the node that reported it
+  int signal = 0;              // Interrupted
+  int node_rank = 0;           // the node that reported it
   std::string host;
   long agent_pid = 0;
-  std::string what;  // a sentence for the other kinds, e.g. "ddprun on node 1 (host h, pid 7) received SIGINT"
+  std::string what;      // a sentence for the other kinds, e.g. "ddprun on node 1 (host h, pid 7) received SIGINT"
   int lost_agent = -1;   // AgentLost: the agent id of the node that is gone,
   std::string lost_why;  // and what happened to it ("its ddprun vanished (...): ...")
   std::chrono::system_clock::time_point time;  // when it was written

@@ -57,13 +57,13 @@ std::optional<Culprit> find_root_cause(int failed_rank, const FailureLookup& rec
   auto names = [&](int rank) { return std::find(named.begin(), named.end(), rank) != named.end(); };
   for (const auto& s : suspended) {
     if (s.rank == failed_rank || !names(s.rank)) continue;
-    return Culprit{s.rank, cat("ddprun found rank ", s.rank, " ", s.state, " when rank ", failed_rank,
-                               " failed, and rank ", failed_rank, "'s error says it waited for rank ", s.rank, ": ",
-                               quoted)};
+    return Culprit{s.rank,
+                   cat("ddprun found rank ", s.rank, " ", s.state, " when rank ", failed_rank, " failed, and rank ",
+                       failed_rank, "'s error says it waited for rank ", s.rank, ": ", quoted)};
   }
   if (!named.empty()) {
-    return Culprit{named.front(), cat("rank ", failed_rank, "'s error says it waited for rank ", named.front(), ": ",
-                                      quoted)};
+    return Culprit{named.front(),
+                   cat("rank ", failed_rank, "'s error says it waited for rank ", named.front(), ": ", quoted)};
   }
   if (!timeout) return std::nullopt;
   for (const auto& s : suspended) {

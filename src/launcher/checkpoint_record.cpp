@@ -52,8 +52,8 @@ CheckpointRecords::CheckpointRecords() {
   const char* tmp = std::getenv("TMPDIR");
   std::string pattern = cat(tmp && *tmp ? tmp : "/tmp", "/ddprun-checkpoints-XXXXXX");
   if (!::mkdtemp(pattern.data())) {
-    throw IOError(cat("cannot create a folder for the workers' checkpoint records (", pattern, "): ",
-                      std::strerror(errno), ". Set TMPDIR to a folder ddprun may write to."));
+    throw IOError(cat("cannot create a folder for the workers' checkpoint records (", pattern,
+                      "): ", std::strerror(errno), ". Set TMPDIR to a folder ddprun may write to."));
   }
   folder_ = pattern;
 }
@@ -72,8 +72,8 @@ std::optional<CheckpointRecord> CheckpointRecords::latest(const std::vector<int>
     const std::string path = path_for(rank);
     detail::Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
     if (!fd) {
-      if (errno != ENOENT) problems.push_back(cat("cannot read rank ", rank, "'s checkpoint record ", path, ": ",
-                                                  std::strerror(errno)));
+      if (errno != ENOENT)
+        problems.push_back(cat("cannot read rank ", rank, "'s checkpoint record ", path, ": ", std::strerror(errno)));
       continue;
     }
     std::string text(kMaxRecordBytes + 1, '\0');

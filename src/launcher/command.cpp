@@ -14,7 +14,7 @@ using detail::quote;
 namespace {
 
 bool is_executable_file(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
 }
 
@@ -32,7 +32,7 @@ std::string locate_executable(const std::string& program, const EnvLookup& env, 
     }
     return *found;
   }
-  struct stat st{};
+  struct stat st {};
   if (::stat(program.c_str(), &st) != 0) {
     throw InvalidArgument(cat(what, " ", quote(program), " does not exist. Check the path (relative paths start from ",
                               "the folder ddprun runs in)."));
@@ -40,7 +40,8 @@ std::string locate_executable(const std::string& program, const EnvLookup& env, 
   if (S_ISDIR(st.st_mode)) throw InvalidArgument(cat(what, " ", quote(program), " is a folder, not a program."));
   if (::access(program.c_str(), X_OK) != 0) {
     throw InvalidArgument(cat(what, " ", quote(program), " is not executable. Make it executable (chmod +x ", program,
-                              ")", ends_with(program, ".py") ? ", or drop --no_python to run it with Python" : "", "."));
+                              ")", ends_with(program, ".py") ? ", or drop --no_python to run it with Python" : "",
+                              "."));
   }
   return program;
 }
@@ -64,8 +65,9 @@ std::string shell_command(const std::vector<std::string>& argv) {
   std::string line;
   for (const auto& word : argv) {
     if (!line.empty()) line += ' ';
-    const bool plain = !word.empty() && word.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                                               "0123456789_@%+=:,./-") == std::string::npos;
+    const bool plain = !word.empty() && word.find_first_not_of(
+                                            "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                            "0123456789_@%+=:,./-") == std::string::npos;
     if (plain) {
       line += word;
       continue;
@@ -90,7 +92,7 @@ Command resolve_command(const Options& options, const EnvLookup& env) {
     if (options.module) {
       command.argv.push_back("-m");
     } else {
-      struct stat st{};
+      struct stat st {};
       if (::stat(options.program.c_str(), &st) != 0) {
         throw InvalidArgument(cat("the script ", quote(options.program), " does not exist. Check the path."));
       }

@@ -75,7 +75,8 @@ RoundRecord form_round(Store& store, const RendezvousSettings& s, int round, con
       if (store.check({keys::round_join(round, a)}) && !vanished(store, a)) joined.push_back(a);
     }
     for (const auto& gone : watch.gone(store)) {
-      if (!lost.count(gone.node.agent)) lost[gone.node.agent] = {"its ddprun " + gone.why, std::chrono::system_clock::now()};
+      if (!lost.count(gone.node.agent))
+        lost[gone.node.agent] = {"its ddprun " + gone.why, std::chrono::system_clock::now()};
     }
     std::vector<int> pending;
     for (const auto& node : expected) {
@@ -156,8 +157,10 @@ Registration register_agent(Store& store, const RendezvousSettings& s, const std
   try {
     if (!wait_for_keys(store, {keys::kConfig}, deadline, check_interrupt)) {
       throw TimeoutError(cat("the job at ", s.store_address, " did not start within ",
-                             detail::format_duration(s.join_timeout), ": the ddprun hosting its store never said what "
-                             "flags the job has. ", how_to_start(s.backend)));
+                             detail::format_duration(s.join_timeout),
+                             ": the ddprun hosting its store never said what "
+                             "flags the job has. ",
+                             how_to_start(s.backend)));
     }
     const std::string agreed = store.get(keys::kConfig);
     if (agreed != s.agreed) {
@@ -174,9 +177,9 @@ Registration register_agent(Store& store, const RendezvousSettings& s, const std
   return r;
 }
 
-RoundDecision decide_round(int joined, int pending, int min_nodes, int max_nodes, std::chrono::milliseconds since_arrival,
-                           std::chrono::milliseconds elapsed, std::chrono::milliseconds last_call_timeout,
-                           std::chrono::milliseconds join_timeout) {
+RoundDecision decide_round(int joined, int pending, int min_nodes, int max_nodes,
+                           std::chrono::milliseconds since_arrival, std::chrono::milliseconds elapsed,
+                           std::chrono::milliseconds last_call_timeout, std::chrono::milliseconds join_timeout) {
   if (joined >= max_nodes) return RoundDecision::Close;
   if (elapsed >= join_timeout) return joined >= min_nodes ? RoundDecision::Close : RoundDecision::Fail;
   if (joined >= min_nodes && pending == 0 && since_arrival >= last_call_timeout) return RoundDecision::Close;
@@ -217,8 +220,8 @@ RoundRecord join_round(Store& store, const RendezvousSettings& s, int agent, int
 std::function<std::optional<AttemptEnd>(Store&)> round_watch(NodeWatch others, std::vector<int> members, bool room,
                                                              int round, AttemptEnd reporter) {
   auto watch = std::make_shared<NodeWatch>(std::move(others));
-  return [watch, members = std::move(members), room, round, me = std::move(reporter)](Store& store)
-             -> std::optional<AttemptEnd> {
+  return [watch, members = std::move(members), room, round,
+          me = std::move(reporter)](Store& store) -> std::optional<AttemptEnd> {
     AttemptEnd reporter = me;
     reporter.time = std::chrono::system_clock::now();
     if (auto lost = find_lost_agent(*watch, store, reporter)) return lost;
@@ -230,9 +233,10 @@ std::function<std::optional<AttemptEnd>(Store&)> round_watch(NodeWatch others, s
       const NodeInfo node = decode_node(store.get(keys::node(agent)), agent);
       AttemptEnd waiting = reporter;
       waiting.kind = AttemptEnd::Kind::NodeWaiting;
-      waiting.what = cat("a node (host ", node.host, ", pid ", node.pid, ", ", node.nproc, " worker",
-                         node.nproc == 1 ? "" : "s", ") is waiting to join: the group re-forms with it. The workers "
-                         "are told first (SIGTERM, then --grace_period); a membership change uses no restart");
+      waiting.what =
+          cat("a node (host ", node.host, ", pid ", node.pid, ", ", node.nproc, " worker", node.nproc == 1 ? "" : "s",
+              ") is waiting to join: the group re-forms with it. The workers "
+              "are told first (SIGTERM, then --grace_period); a membership change uses no restart");
       return waiting;
     }
     return std::nullopt;

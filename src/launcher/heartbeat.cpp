@@ -83,11 +83,12 @@ std::vector<NodeWatch::Gone> NodeWatch::gone(Store& store) {
   for (const Node& node : nodes_) {
     const std::string lost = detail::lost_rank_key(kAgentRankBase + node.agent);
     if (store.check({lost})) {
-      gone.push_back({node,
-                      detail::cat("vanished (", store.get(lost),
-                                  "): its connection to the job's store closed without a goodbye (it was killed, or its "
-                                  "machine or network went down)"),
-                      true});
+      gone.push_back(
+          {node,
+           detail::cat("vanished (", store.get(lost),
+                       "): its connection to the job's store closed without a goodbye (it was killed, or its "
+                       "machine or network went down)"),
+           true});
     } else if (auto still = beats_.silent(node.agent, store.add(keys::beat(node.agent), 0), now)) {
       gone.push_back({node,
                       detail::cat("went silent: no heartbeat for ", detail::format_duration(*still), " (", settings_,

@@ -84,7 +84,7 @@ class NodeWatch {
   };
   struct Gone {
     Node node;
-    std::string why;  // "vanished (pid 7 on h3): ...", "went silent: no heartbeat for ..."
+    std::string why;        // "vanished (pid 7 on h3): ...", "went silent: no heartbeat for ..."
     bool vanished = false;  // its connection closed (it is dead); else it went silent
   };
   // `settings`: how the limit is set, for the message ("keep_alive_interval=1.0 s x 3").

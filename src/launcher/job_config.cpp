@@ -94,7 +94,8 @@ Endpoint parse_endpoint(const std::string& text, int default_port, const std::st
     }
     endpoint.host = text.substr(1, close - 1);
     if (close + 1 < text.size()) {
-      if (text[close + 1] != ':') throw InvalidArgument(cat("--", flag, " ", quote(text), " is not valid: expected [ADDRESS]:PORT."));
+      if (text[close + 1] != ':')
+        throw InvalidArgument(cat("--", flag, " ", quote(text), " is not valid: expected [ADDRESS]:PORT."));
       port_text = text.substr(close + 2);
     }
   } else {
@@ -153,8 +154,9 @@ JobConfig make_job_config(const Options& options, const EnvLookup& env, const Ma
                                 " nodes. Drop --standalone and give --rdzv_endpoint (or --master_addr) instead."));
     }
     if (!options.rdzv_endpoint.empty() || options.master_addr || options.master_port) {
-      config.notes.push_back("--standalone picks its own port on localhost: --rdzv_endpoint, --master_addr and "
-                             "--master_port are ignored");
+      config.notes.push_back(
+          "--standalone picks its own port on localhost: --rdzv_endpoint, --master_addr and "
+          "--master_port are ignored");
     }
     config.backend = RdzvBackend::C10d;
     config.min_nodes = config.max_nodes = 1;
@@ -206,8 +208,8 @@ JobConfig make_job_config(const Options& options, const EnvLookup& env, const Ma
     }
     Endpoint endpoint;
     if (!options.rdzv_endpoint.empty()) {
-      endpoint = parse_endpoint(options.rdzv_endpoint, options.master_port.value_or(kDefaultMasterPort),
-                                "rdzv_endpoint");
+      endpoint =
+          parse_endpoint(options.rdzv_endpoint, options.master_port.value_or(kDefaultMasterPort), "rdzv_endpoint");
       config.store_host_source = "--rdzv_endpoint";
     } else {
       endpoint.host = options.master_addr.value_or(config.store_host.empty() ? "127.0.0.1" : config.store_host);
@@ -239,8 +241,9 @@ JobConfig make_job_config(const Options& options, const EnvLookup& env, const Ma
     config.notes.push_back("--node_rank is ignored with --rdzv_backend=c10d: node ranks go by arrival order");
   }
   if (options.master_addr || options.master_port) {
-    config.notes.push_back("--master_addr and --master_port are ignored with --rdzv_backend=c10d: the workers' "
-                           "MASTER_ADDR:MASTER_PORT is the store at --rdzv_endpoint");
+    config.notes.push_back(
+        "--master_addr and --master_port are ignored with --rdzv_backend=c10d: the workers' "
+        "MASTER_ADDR:MASTER_PORT is the store at --rdzv_endpoint");
   }
   config.node_rank.reset();
   config.store_role = JobConfig::StoreRole::HostIfLocal;

@@ -48,10 +48,10 @@ struct JobConfig {
   RdzvBackend backend = RdzvBackend::Static;
   std::optional<int> node_rank;  // static: this node's rank; c10d: given at the rendezvous
   StoreRole store_role = StoreRole::Host;
-  std::string store_host;  // where the agents and workers reach the store
+  std::string store_host;         // where the agents and workers reach the store
   std::string store_host_source;  // where store_host came from, for messages: "--master_addr", ...
-  int store_port = 29500;  // 0 (standalone): a free port, chosen when the store starts
-  std::string master_addr;  // MASTER_ADDR for the workers
+  int store_port = 29500;         // 0 (standalone): a free port, chosen when the store starts
+  std::string master_addr;        // MASTER_ADDR for the workers
   std::string run_id;
   int max_restarts = 0;
   std::chrono::milliseconds monitor_interval{100};
@@ -61,7 +61,7 @@ struct JobConfig {
   std::chrono::milliseconds last_call_timeout{30000};
   std::chrono::milliseconds keep_alive_interval{5000};  // each agent's heartbeat period
   int keep_alive_max_attempt = 3;                       // missed beats after which a node is dropped
-  std::string log_dir;  // empty: no log files (unless --redirects/--tee ask for them)
+  std::string log_dir;                                  // empty: no log files (unless --redirects/--tee ask for them)
   StreamSpec redirects;
   StreamSpec tee;
   std::optional<std::vector<int>> local_ranks_filter;

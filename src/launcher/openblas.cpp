@@ -13,8 +13,8 @@ namespace ddp::launcher {
 std::optional<std::string> openblas_coretype_for(const std::string& chosen, const CpuVectors& cpu) {
   // OpenBLAS's x86 cores before AVX: an unknown CPU lands on one of these (Prescott for Intel's).
   static constexpr std::array<std::string_view, 13> kBeforeAvx = {
-      "unknown", "katmai", "coppermine", "northwood", "prescott", "banias", "atom", "core2",
-      "penryn",  "dunnington", "nehalem", "opteron", "barcelona"};
+      "unknown", "katmai", "coppermine", "northwood", "prescott", "banias",   "atom",
+      "core2",   "penryn", "dunnington", "nehalem",   "opteron",  "barcelona"};
   const std::string name = detail::lower(chosen);
   if (std::find(kBeforeAvx.begin(), kBeforeAvx.end(), name) == kBeforeAvx.end()) return std::nullopt;
   if (cpu.avx512) return "SkylakeX";

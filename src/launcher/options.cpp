@@ -70,8 +70,9 @@ void parse_nnodes(const std::string& value, Options& options) {
 }
 
 StreamSpec parse_streams(const std::string& flag, const std::string& value) {
-  const std::string expected = "0 (none), 1 (stdout), 2 (stderr) or 3 (both), for every local rank, or per local "
-                               "rank as LOCAL_RANK:N,... (e.g. 0:3,1:1)";
+  const std::string expected =
+      "0 (none), 1 (stdout), 2 (stderr) or 3 (both), for every local rank, or per local "
+      "rank as LOCAL_RANK:N,... (e.g. 0:3,1:1)";
   auto one = [&](const std::string& text) {
     auto n = detail::parse_int(text);
     if (!n || *n < 0 || *n > 3) bad_value(flag, value, expected);
@@ -148,96 +149,113 @@ struct Flag {
 };
 
 const std::map<std::string, Flag>& flags() {
-  static const std::map<std::string, Flag> table = {
-      {"nproc_per_node", {true, [](Options& o, const std::string& v) { o.nproc = parse_nproc(v); }}},
-      {"nnodes", {true, [](Options& o, const std::string& v) { parse_nnodes(v, o); }}},
-      {"node_rank",
-       {true, [](Options& o, const std::string& v) {
-          o.node_rank = parse_count("node_rank", v, 0, "a node rank (0 or more, less than --nnodes)");
-        }}},
-      {"master_addr",
-       {true, [](Options& o, const std::string& v) {
-          if (v.empty()) bad_value("master_addr", v, "a host name or IP address");
-          o.master_addr = v;
-        }}},
-      {"master_port",
-       {true, [](Options& o, const std::string& v) {
-          auto port = detail::parse_int(v);
-          if (!port || *port < 1 || *port > 65535) bad_value("master_port", v, "a TCP port from 1 to 65535");
-          o.master_port = static_cast<int>(*port);
-        }}},
+  static const std::map<std::string, Flag> table =
+      {
+          {"nproc_per_node", {true, [](Options& o, const std::string& v) { o.nproc = parse_nproc(v); }}},
+          {"nnodes", {true, [](Options& o, const std::string& v) { parse_nnodes(v, o); }}},
+          {"node_rank",
+           {true,
+            [](Options& o, const std::string& v) {
+    o.node_rank = parse_count("node_rank", v, 0, "a node rank (0 or more, less than --nnodes)");
+            }}},
+          {"master_addr",
+           {true,
+            [](Options& o, const std::string& v) {
+    if (v.empty()) bad_value("master_addr", v, "a host name or IP address");
+    o.master_addr = v;
+            }}},
+                                           {"master_port",
+                                            {true,
+                                             [](Options& o, const std::string& v) {
+    auto port = detail::parse_int(v);
+    if (!port || *port < 1 || *port > 65535) bad_value("master_port", v, "a TCP port from 1 to 65535");
+    o.master_port = static_cast<int>(*port);
+                                             }}},
       {"rdzv_backend",
-       {true, [](Options& o, const std::string& v) {
-          if (v == "static") {
-            o.rdzv_backend = RdzvBackend::Static;
-          } else if (v == "c10d") {
-            o.rdzv_backend = RdzvBackend::C10d;
-          } else {
-            bad_value("rdzv_backend", v, "static or c10d (ddprun hosts the rendezvous store itself; etcd is not "
-                                         "supported)");
-          }
-          o.rdzv_backend_given = true;
+       {true,
+        [](Options& o, const std::string& v) {
+    if (v == "static") {
+      o.rdzv_backend = RdzvBackend::Static;
+    } else if (v == "c10d") {
+      o.rdzv_backend = RdzvBackend::C10d;
+    } else {
+      bad_value("rdzv_backend", v,
+                "static or c10d (ddprun hosts the rendezvous store itself; etcd is not "
+                "supported)");
+    }
+    o.rdzv_backend_given = true;
         }}},
       {"rdzv_endpoint",
-       {true, [](Options& o, const std::string& v) {
-          if (v.empty()) bad_value("rdzv_endpoint", v, "HOST:PORT");
-          o.rdzv_endpoint = v;
+       {true,
+        [](Options& o, const std::string& v) {
+    if (v.empty()) bad_value("rdzv_endpoint", v, "HOST:PORT");
+    o.rdzv_endpoint = v;
         }}},
       {"rdzv_id",
-       {true, [](Options& o, const std::string& v) {
-          if (v.empty()) bad_value("rdzv_id", v, "a non-empty job id");
-          o.rdzv_id = v;
-          o.rdzv_id_given = true;
+       {true,
+        [](Options& o, const std::string& v) {
+    if (v.empty()) bad_value("rdzv_id", v, "a non-empty job id");
+    o.rdzv_id = v;
+    o.rdzv_id_given = true;
         }}},
       {"rdzv_conf", {true, [](Options& o, const std::string& v) { o.rdzv_conf = parse_rdzv_conf(v, o.notes); }}},
       {"standalone", {false, [](Options& o, const std::string&) { o.standalone = true; }}},
       {"max_restarts",
-       {true, [](Options& o, const std::string& v) {
-          o.max_restarts = parse_count("max_restarts", v, 0, "a number of restarts (0 or more)");
+       {true,
+        [](Options& o, const std::string& v) {
+    o.max_restarts = parse_count("max_restarts", v, 0, "a number of restarts (0 or more)");
         }}},
       {"monitor_interval",
-       {true, [](Options& o, const std::string& v) { o.monitor_interval_s = parse_seconds("monitor_interval", v, false); }}},
+       {true,
+        [](Options& o, const std::string& v) { o.monitor_interval_s = parse_seconds("monitor_interval", v, false); }}},
       {"grace_period",
        {true, [](Options& o, const std::string& v) { o.grace_period_s = parse_seconds("grace_period", v, true); }}},
       {"stopped_timeout",
-       {true, [](Options& o, const std::string& v) { o.stopped_timeout_s = parse_seconds("stopped_timeout", v, true); }}},
+       {true,
+        [](Options& o, const std::string& v) { o.stopped_timeout_s = parse_seconds("stopped_timeout", v, true); }}},
       {"log_dir",
-       {true, [](Options& o, const std::string& v) {
-          if (v.empty()) bad_value("log_dir", v, "a directory");
-          o.log_dir = v;
+       {true,
+        [](Options& o, const std::string& v) {
+    if (v.empty()) bad_value("log_dir", v, "a directory");
+    o.log_dir = v;
         }}},
       {"redirects", {true, [](Options& o, const std::string& v) { o.redirects = parse_streams("redirects", v); }}},
       {"tee", {true, [](Options& o, const std::string& v) { o.tee = parse_streams("tee", v); }}},
       {"local_ranks_filter",
-       {true, [](Options& o, const std::string& v) { o.local_ranks_filter = parse_rank_list("local_ranks_filter", v); }}},
+       {true,
+        [](Options& o, const std::string& v) { o.local_ranks_filter = parse_rank_list("local_ranks_filter", v); }}},
       {"no_python", {false, [](Options& o, const std::string&) { o.no_python = true; }}},
       {"module", {false, [](Options& o, const std::string&) { o.module = true; }}},
       {"role",
-       {true, [](Options& o, const std::string& v) {
-          if (v.empty()) bad_value("role", v, "a non-empty role name");
-          o.role = v;
+       {true,
+        [](Options& o, const std::string& v) {
+    if (v.empty()) bad_value("role", v, "a non-empty role name");
+    o.role = v;
         }}},
       // Accelerate's flags (options.h: AccelerateFlags), checked here so that a typo fails before any
       // worker starts rather than in every worker.
       {"mixed_precision",
-       {true, [](Options& o, const std::string& v) {
-          if (v != "no" && v != "fp16" && v != "bf16") bad_value("mixed_precision", v, "no, fp16 or bf16");
-          o.accelerate.mixed_precision = v;
+       {true,
+        [](Options& o, const std::string& v) {
+    if (v != "no" && v != "fp16" && v != "bf16") bad_value("mixed_precision", v, "no, fp16 or bf16");
+    o.accelerate.mixed_precision = v;
         }}},
       {"gradient_accumulation_steps",
-       {true, [](Options& o, const std::string& v) {
-          o.accelerate.gradient_accumulation_steps = parse_count(
-              "gradient_accumulation_steps", v, 1, "a number of batches per optimizer step (1 or more)");
+       {true,
+        [](Options& o, const std::string& v) {
+    o.accelerate.gradient_accumulation_steps =
+        parse_count("gradient_accumulation_steps", v, 1, "a number of batches per optimizer step (1 or more)");
         }}},
       {"cpu", {false, [](Options& o, const std::string&) { o.accelerate.cpu = true; }}},
       {"start_method",
-       {true, [](Options& o, const std::string& v) {
-          if (v != "spawn" && v != "fork" && v != "forkserver") bad_value("start_method", v, "spawn, fork or forkserver");
-          o.notes.push_back("--start_method is ignored: ddprun always starts workers as new programs (fork and exec)");
+       {true,
+        [](Options& o, const std::string& v) {
+    if (v != "spawn" && v != "fork" && v != "forkserver") bad_value("start_method", v, "spawn, fork or forkserver");
+    o.notes.push_back("--start_method is ignored: ddprun always starts workers as new programs (fork and exec)");
         }}},
       {"help", {false, [](Options& o, const std::string&) { o.help = true; }}},
       {"version", {false, [](Options& o, const std::string&) { o.version = true; }}},
-  };
+      };
   return table;
 }
 

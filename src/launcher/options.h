@@ -59,7 +59,7 @@ struct Options {
   bool standalone = false;
   int max_restarts = 0;
   double monitor_interval_s = 0.1;
-  double grace_period_s = 30;  // ddprun's own flag: SIGTERM, then this long, then SIGKILL
+  double grace_period_s = 30;     // ddprun's own flag: SIGTERM, then this long, then SIGKILL
   double stopped_timeout_s = 60;  // ddprun's own flag: how long a worker may stay stopped (SIGSTOP)
                                   // once the rest of the job has exited, before it is ended as a failure
   std::string log_dir;
@@ -69,7 +69,7 @@ struct Options {
   bool no_python = false;
   bool module = false;  // -m: the program is a Python module
   std::string role = "default";
-  AccelerateFlags accelerate;  // --mixed_precision, --gradient_accumulation_steps, --cpu
+  AccelerateFlags accelerate;      // --mixed_precision, --gradient_accumulation_steps, --cpu
   std::vector<std::string> notes;  // things worth saying about the command line (ignored flags)
 
   std::string program;

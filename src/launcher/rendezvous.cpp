@@ -80,7 +80,8 @@ Membership rendezvous(Store& store, const RendezvousSettings& s, const std::func
   const std::string owner = store.compare_set(keys::claim(m.node_rank), "", me);
   if (owner != me) {
     throw MismatchError(cat("node rank ", m.node_rank, " is already taken by ", owner, " in the job at ",
-                            s.store_address, ". Give each node its own --node_rank (0 to nnodes-1), or give this "
+                            s.store_address,
+                            ". Give each node its own --node_rank (0 to nnodes-1), or give this "
                             "job its own --rdzv_id and port."));
   }
   // From here on the other nodes count on this one: if it cannot go on, it tells them (through
@@ -115,8 +116,10 @@ void finish_rendezvous(Store& store, const RendezvousSettings& s, Membership& m,
   }
   if (!wait_for_keys(store, {keys::kNnodes}, deadline, check_interrupt)) {
     throw TimeoutError(cat("the job at ", s.store_address, " did not start within ",
-                           detail::format_duration(s.join_timeout), ": its first node never decided the node count "
-                           "(node 0 is missing). ", how_to_start(s.backend)));
+                           detail::format_duration(s.join_timeout),
+                           ": its first node never decided the node count "
+                           "(node 0 is missing). ",
+                           how_to_start(s.backend)));
   }
   m.nnodes = static_cast<int>(detail::parse_int(store.get(keys::kNnodes)).value_or(0));
   const std::string agreed = store.get(keys::kConfig);

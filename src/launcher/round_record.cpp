@@ -34,8 +34,8 @@ const std::string kHeader = "ddprun-round 1\n";
 // and "change=KIND AGENT NODE PID MILLIS NNODES WORKERS HOST\tWHY".
 std::string encode(const RoundRecord& r) {
   std::string out = kHeader;
-  out += cat("round=", r.round, "\nformed=", r.formed ? 1 : 0, "\nrestarts=", r.restarts_used, "\nfailure=",
-             escape_field(r.failure), "\n");
+  out += cat("round=", r.round, "\nformed=", r.formed ? 1 : 0, "\nrestarts=", r.restarts_used,
+             "\nfailure=", escape_field(r.failure), "\n");
   for (const auto& n : r.nodes) out += cat("node=", n.agent, " ", n.nproc, " ", n.pid, " ", escape_field(n.host), "\n");
   for (const auto& c : r.changes) {
     out += cat("change=", c.kind == MembershipChange::Kind::Lost ? "lost" : "joined", " ", c.agent, " ", c.node_rank,
@@ -116,8 +116,8 @@ RoundRecord decode_round_record(const std::string& text) {
 
 std::string describe(const MembershipChange& c) {
   const std::string node = cat("node ", c.node_rank, " (host ", c.host, ", pid ", c.pid, ")");
-  const std::string after =
-      cat("continuing with ", c.nnodes, " node", c.nnodes == 1 ? "" : "s", ", ", c.workers, " worker", c.workers == 1 ? "" : "s");
+  const std::string after = cat("continuing with ", c.nnodes, " node", c.nnodes == 1 ? "" : "s", ", ", c.workers,
+                                " worker", c.workers == 1 ? "" : "s");
   if (c.kind == MembershipChange::Kind::Joined) return cat(node, " joined; ", after);
   if (c.nnodes == 0) return cat(node, " lost: ", c.why);  // a round that could not form
   return cat(node, " lost: ", c.why, "; ", after);

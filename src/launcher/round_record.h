@@ -27,9 +27,9 @@ struct MembershipChange {
 
 struct RoundRecord {
   int round = 0;
-  bool formed = true;         // false: the job could not go on (too few nodes): `failure` says why
-  std::vector<NodeInfo> nodes;  // the members, by node rank
-  int restarts_used = 0;      // of --max_restarts, up to and including this round
+  bool formed = true;                     // false: the job could not go on (too few nodes): `failure` says why
+  std::vector<NodeInfo> nodes;            // the members, by node rank
+  int restarts_used = 0;                  // of --max_restarts, up to and including this round
   std::vector<MembershipChange> changes;  // against the last round
   std::string failure;
 

@@ -23,7 +23,9 @@ SignalWatch::SignalWatch() {
 
 bool SignalWatch::is_termination(int signal) { return signal == SIGINT || signal == SIGTERM || signal == SIGHUP; }
 
-bool escalates_stop(std::chrono::steady_clock::duration since_stop_began) { return since_stop_began >= kSameStopWindow; }
+bool escalates_stop(std::chrono::steady_clock::duration since_stop_began) {
+  return since_stop_began >= kSameStopWindow;
+}
 
 std::vector<int> SignalWatch::take() {
   std::vector<int> signals;

@@ -44,10 +44,13 @@ void check_resolves(const std::string& host, const std::string& source) {
     ::freeaddrinfo(list);
     return;
   }
-  throw InvalidArgument(cat(source, " names the store's host ", detail::quote(host), ", which does not resolve on this "
-                            "machine (", rc == EAI_SYSTEM ? std::strerror(errno) : ::gai_strerror(rc),
-                            "): neither ddprun nor its workers could reach the job's store there. Give an IP address "
-                            "(e.g. --master_addr=127.0.0.1 on one machine), or make the name resolve (/etc/hosts, DNS)."));
+  throw InvalidArgument(
+      cat(source, " names the store's host ", detail::quote(host),
+          ", which does not resolve on this "
+          "machine (",
+          rc == EAI_SYSTEM ? std::strerror(errno) : ::gai_strerror(rc),
+          "): neither ddprun nor its workers could reach the job's store there. Give an IP address "
+          "(e.g. --master_addr=127.0.0.1 on one machine), or make the name resolve (/etc/hosts, DNS)."));
 }
 
 std::unique_ptr<TCPStoreServer> host_store(int port, const std::string& run_id, const std::string& port_flag) {
@@ -77,8 +80,8 @@ std::shared_ptr<TCPStore> connect_store(const std::string& host, int port, const
       return store;
     } catch (const TimeoutError& e) {
       if (Clock::now() >= deadline) {
-        throw TimeoutError(cat("cannot reach the job's store at ", host, ":", port,
-                               " (", e.what(), "). The first node's ddprun hosts it: start it, and check the address "
+        throw TimeoutError(cat("cannot reach the job's store at ", host, ":", port, " (", e.what(),
+                               "). The first node's ddprun hosts it: start it, and check the address "
                                "(--master_addr/--master_port or --rdzv_endpoint), the firewall and that every node "
                                "uses the same --rdzv_id."));
       }

@@ -13,7 +13,8 @@ bool wait_for_keys(Store& store, const std::vector<std::string>& keys, std::chro
                    const std::function<void()>& check_interrupt) {
   for (;;) {
     if (check_interrupt) check_interrupt();
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left <= 0ms) return store.check(keys);
     try {
       store.wait(keys, std::min<std::chrono::milliseconds>(left, 200ms));

@@ -15,7 +15,7 @@ namespace {
 const std::string kRule(72, '=');
 
 std::string describe_worker_end(const WorkerExit& w) {
-  std::string text = w.stopped ? cat("stopped by ddprun (", w.status(), ")")
+  std::string text = w.stopped     ? cat("stopped by ddprun (", w.status(), ")")
                      : !w.failed() ? std::string("exited 0")
                                    : cat("failed: ", w.status(), " at ", format_time(w.time));
   if (!w.suspended.empty()) text += cat("; it had been ", w.suspended, " when the attempt ended");
@@ -32,10 +32,9 @@ std::string describe_place(const WorkerExit& w) {
 
 // A worker's log file and last lines.
 std::string describe_output(const WorkerExit& w) {
-  std::string out = cat("  log file   : ",
-                        w.log_file.empty() ? std::string("none (pass --log_dir DIR to keep each worker's output)")
-                                           : w.log_file,
-                        "\n");
+  std::string out = cat(
+      "  log file   : ",
+      w.log_file.empty() ? std::string("none (pass --log_dir DIR to keep each worker's output)") : w.log_file, "\n");
   if (w.last_lines.empty()) {
     out += "  last lines : (it printed nothing)\n";
   } else {
@@ -95,8 +94,8 @@ std::string describe_straggler(const std::string& report) {
 std::string format_summary(const SummaryInput& in) {
   const AttemptEnd& root = in.root;
   std::string out = kRule + "\n";
-  out += cat("ddprun: the job failed on attempt ", in.attempt + 1, " of ", in.max_restarts + 1, " (--max_restarts=",
-             in.max_restarts, ")");
+  out += cat("ddprun: the job failed on attempt ", in.attempt + 1, " of ", in.max_restarts + 1,
+             " (--max_restarts=", in.max_restarts, ")");
   out += in.restarting ? cat("; restarting every worker (attempt ", in.attempt + 2, ")\n") : "\n";
   if (root.kind == AttemptEnd::Kind::WorkerFailed) {
     if (root.blame) {

@@ -21,7 +21,7 @@ struct SummaryInput {
   std::string host;
   int attempt = 0;  // 0-based (TORCHELASTIC_RESTART_COUNT)
   int max_restarts = 0;
-  bool restarting = false;  // another attempt follows
+  bool restarting = false;           // another attempt follows
   std::vector<std::string> history;  // an elastic job's membership changes so far, a line each
   std::string straggler;             // the job's last straggler report (rank 0's), if any
 };

@@ -27,10 +27,10 @@ struct JobEnv {
   std::string run_id;
   std::string role = "default";
   int max_restarts = 0;
-  std::string error_file;  // TORCHELASTIC_ERROR_FILE when not empty
-  std::string checkpoint_record;  // DDP_CHECKPOINT_RECORD when not empty (see checkpoint_record.h)
-  std::string straggler_report;   // DDP_STRAGGLER_REPORT when not empty (likewise)
-  AccelerateFlags accelerate;     // ACCELERATE_* for the flags given
+  std::string error_file;                        // TORCHELASTIC_ERROR_FILE when not empty
+  std::string checkpoint_record;                 // DDP_CHECKPOINT_RECORD when not empty (see checkpoint_record.h)
+  std::string straggler_report;                  // DDP_STRAGGLER_REPORT when not empty (likewise)
+  AccelerateFlags accelerate;                    // ACCELERATE_* for the flags given
   std::optional<std::string> openblas_coretype;  // OPENBLAS_CORETYPE unless ddprun's environment has one (openblas.h)
 };
 

@@ -13,9 +13,9 @@ struct WorkerExit {
   int node_rank = 0;
   std::string host;
   long pid = 0;
-  int exit_code = -1;    // when it exited
-  int signal = 0;        // when a signal ended it
-  bool stopped = false;  // ddprun had asked it to stop before it ended (not a failure of its own)
+  int exit_code = -1;                          // when it exited
+  int signal = 0;                              // when a signal ended it
+  bool stopped = false;                        // ddprun had asked it to stop before it ended (not a failure of its own)
   std::chrono::system_clock::time_point time;  // when ddprun saw it end
   std::vector<std::string> last_lines;         // its last lines of output (stdout and stderr)
   std::string log_file;                        // empty: none

@@ -91,7 +91,8 @@ WorkerGroup::Wakeup WorkerGroup::wait(int external_fd) {
       return {Event::WorkerFailed};
     }
     if (!any_running()) {
-      const bool all_ok = std::none_of(workers_.begin(), workers_.end(), [](const Worker& w) { return w.exit.failed(); });
+      const bool all_ok =
+          std::none_of(workers_.begin(), workers_.end(), [](const Worker& w) { return w.exit.failed(); });
       if (!all_ok) return {Event::WorkerFailed};  // already reported: nothing runs any more
       for (auto& w : workers_) drain(w, 100ms);
       return {Event::AllSucceeded};
@@ -125,9 +126,7 @@ std::optional<WorkerGroup::Event> WorkerGroup::look_for_stopped_alone() {
                      launcher::stopped_alone(running, count, b.other_nodes_exited(), b.world_size);
   switch (b.clock.observe(alone, now)) {
     case StoppedAloneClock::Change::None: return std::nullopt;
-    case StoppedAloneClock::Change::Began:
-      stopped_alone_ = std::move(stopped);
-      return Event::StoppedAlone;
+    case StoppedAloneClock::Change::Began: stopped_alone_ = std::move(stopped); return Event::StoppedAlone;
     case StoppedAloneClock::Change::Ended:
       if (running == 0) return std::nullopt;  // it ended: wait() says how
       return Event::Resumed;
@@ -257,7 +256,8 @@ void WorkerGroup::reap() {
     if (pid < 0 && errno == EINTR) continue;
     if (pid <= 0) break;
     // Not a worker: one of a worker's own children, orphaned to ddprun (a subreaper), or the guard.
-    auto it = std::find_if(workers_.begin(), workers_.end(), [&](const Worker& w) { return w.running && w.pid == pid; });
+    auto it =
+        std::find_if(workers_.begin(), workers_.end(), [&](const Worker& w) { return w.running && w.pid == pid; });
     if (it == workers_.end()) continue;
     on_exit(*it, status);
     if (it->exit.failed() && !it->exit.stopped) failed_now.push_back(static_cast<std::size_t>(it - workers_.begin()));
@@ -265,7 +265,8 @@ void WorkerGroup::reap() {
   if (first_failure_ || failed_now.empty()) return;
   // Several failures seen at once: a crash (a signal) is the likelier cause than an exit code
   // (peers usually exit with an error because a rank died).
-  auto crash = std::find_if(failed_now.begin(), failed_now.end(), [&](std::size_t i) { return workers_[i].exit.signal != 0; });
+  auto crash =
+      std::find_if(failed_now.begin(), failed_now.end(), [&](std::size_t i) { return workers_[i].exit.signal != 0; });
   first_failure_ = crash != failed_now.end() ? *crash : failed_now.front();
 }
 

@@ -28,9 +28,9 @@ struct WorkerSpec {
   int rank = 0;
   int local_rank = 0;
   int node_rank = 0;
-  std::string path;                         // the executable
-  std::vector<std::string> argv;            // argv[0] included
-  std::map<std::string, std::string> env;   // set on top of ddprun's environment
+  std::string path;                        // the executable
+  std::vector<std::string> argv;           // argv[0] included
+  std::map<std::string, std::string> env;  // set on top of ddprun's environment
   WorkerOutputOptions output;
   int terminal_columns = 0;  // > 0: stdout is a pseudo-terminal this wide (output.live_stdout too)
 };

@@ -42,7 +42,7 @@ void make_directories(const std::string& path) {
                         ". Check --log_dir (it must be a folder ddprun may write to)."));
     }
   }
-  struct stat st{};
+  struct stat st {};
   if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     throw IOError(cat(path, " is not a folder. Check --log_dir."));
   }
@@ -58,8 +58,8 @@ WorkerOutput::WorkerOutput(WorkerOutputOptions options)
     if (slash != std::string::npos && slash > 0) make_directories(options_.log_path.substr(0, slash));
     log_ = detail::Fd(::open(options_.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND, 0644));
     if (!log_) {
-      throw IOError(cat("cannot create the log file ", options_.log_path, ": ", std::strerror(errno),
-                        ". Check --log_dir."));
+      throw IOError(
+          cat("cannot create the log file ", options_.log_path, ": ", std::strerror(errno), ". Check --log_dir."));
     }
   }
 }

@@ -22,13 +22,13 @@ enum class Stream { Out = 0, Err = 1 };
 
 struct WorkerOutputOptions {
   int rank = 0;
-  std::string log_path;             // empty: no log file; else created (with its folders) and truncated
-  bool console[2] = {true, true};   // show stdout / stderr on the console
-  int console_fd[2] = {1, 2};       // where the console lines go
-  std::size_t tail_lines = 20;      // lines kept for the summary
+  std::string log_path;            // empty: no log file; else created (with its folders) and truncated
+  bool console[2] = {true, true};  // show stdout / stderr on the console
+  int console_fd[2] = {1, 2};      // where the console lines go
+  std::size_t tail_lines = 20;     // lines kept for the summary
   std::size_t tail_line_bytes = 400;
-  bool live_stdout = false;         // stdout is a terminal of its own (see above)
-  Console* screen = nullptr;        // the Console lines go through, shared by a node's workers; null: its own
+  bool live_stdout = false;   // stdout is a terminal of its own (see above)
+  Console* screen = nullptr;  // the Console lines go through, shared by a node's workers; null: its own
   // Lines for which `keep` is true are kept whole (the last `kept_lines`, up to kept_line_bytes
   // each), e.g. a long error that the tail would cut short.
   std::function<bool(std::string_view)> keep;

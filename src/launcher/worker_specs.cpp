@@ -37,7 +37,9 @@ RoundWorkers worker_specs(const RoundPlan& plan) {
   job.accelerate = plan.config.accelerate;
   job.openblas_coretype = plan.openblas_coretype;
   const std::string attempt_dir =
-      plan.config.log_dir.empty() ? "" : cat(plan.config.log_dir, "/", safe_name(plan.config.run_id), "/attempt_", plan.round);
+      plan.config.log_dir.empty()
+          ? ""
+          : cat(plan.config.log_dir, "/", safe_name(plan.config.run_id), "/attempt_", plan.round);
   for (int local = 0; local < plan.config.nproc; ++local) {
     WorkerPlace place;
     place.rank = plan.membership.rank_offset() + local;
@@ -82,4 +84,3 @@ RoundWorkers worker_specs(const RoundPlan& plan) {
 }
 
 }  // namespace ddp::launcher
-

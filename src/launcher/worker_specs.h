@@ -22,7 +22,7 @@ struct RoundPlan {
   int round = 0;                 // TORCHELASTIC_RESTART_COUNT, and the log folder attempt_<round>
   int port = 0;                  // the store's
   const CheckpointRecords& records;
-  int terminal_width = 0;        // of ddprun's stdout when it is a terminal, else 0
+  int terminal_width = 0;                        // of ddprun's stdout when it is a terminal, else 0
   std::optional<std::string> openblas_coretype;  // for the workers (openblas.h)
 };
 

@@ -93,8 +93,8 @@ std::string read_payload(const std::string& path) {
   std::memcpy(&length, bytes.data() + 8, 8);
   std::memcpy(&crc, bytes.data() + 16, 4);
   if (bytes.size() - kHeader != length) {
-    throw IOError(cat("truncated: the header announces ", length, " bytes of data but the file holds ",
-                      bytes.size() - kHeader));
+    throw IOError(
+        cat("truncated: the header announces ", length, " bytes of data but the file holds ", bytes.size() - kHeader));
   }
   std::string payload = bytes.substr(kHeader);
   if (crc32_of(payload) != crc) throw IOError("damaged: the CRC-32 of its contents does not match");

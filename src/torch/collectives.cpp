@@ -23,7 +23,6 @@ namespace {
 
 GroupPtr resolve(const GroupPtr& group) { return group ? group : get_default_group(); }
 
-
 // Whether `like`'s CUDA memory goes through host copies: when the backend takes host buffers but
 // not that device's (gloo). One that takes neither (nccl, another GPU's tensor) refuses it itself.
 bool stages(const ProcessGroup& group, const at::Tensor& like) {
@@ -52,8 +51,8 @@ class OpTensors {
   // Keeps the tensors alive until `work` completes; then copies staged results back and runs
   // `after` (e.g. unflattening), on the stream that was current at issue.
   std::shared_ptr<Work> hold(std::shared_ptr<Work> work, std::function<void()> after = nullptr) {
-    work->then([keep = std::move(keep_), copies = std::move(copies_), stream = stream_,
-                after = std::move(after)](Work& done) {
+    work->then(
+        [keep = std::move(keep_), copies = std::move(copies_), stream = stream_, after = std::move(after)](Work& done) {
       if (done.exception()) return;
       try {
         stream.run([&] {
@@ -61,8 +60,8 @@ class OpTensors {
           if (after) after();
         });
       } catch (const std::exception& e) {
-        detail::log(detail::LogLevel::Error, done.description(), ": copying the result into the output tensors failed: ",
-                    e.what());
+        detail::log(detail::LogLevel::Error, done.description(),
+                    ": copying the result into the output tensors failed: ", e.what());
       }
     });
     return work;
@@ -92,8 +91,8 @@ void check_list(const std::vector<at::Tensor>& list, const at::Tensor& like, std
   for (std::size_t i = 0; i < list.size(); ++i) {
     const auto& t = list[i];
     if (t.scalar_type() != like.scalar_type() || t.device() != like.device() || t.numel() != like.numel()) {
-      throw InvalidArgument(cat(what, "[", i, "] is ", t.scalar_type(), " with ", t.numel(), " elements on ", t.device(),
-                                ", but every tensor must be ", like.scalar_type(), " with ", like.numel(),
+      throw InvalidArgument(cat(what, "[", i, "] is ", t.scalar_type(), " with ", t.numel(), " elements on ",
+                                t.device(), ", but every tensor must be ", like.scalar_type(), " with ", like.numel(),
                                 " elements on ", like.device()));
     }
     to_buffer(t, what);  // contiguity and dtype
@@ -147,8 +146,10 @@ Buffer to_buffer(const at::Tensor& tensor, const char* what) {
   }
   Device device;
   if (tensor.is_cuda()) device = Device{Device::Type::CUDA, static_cast<int>(tensor.get_device())};
-  else if (!tensor.is_cpu()) throw InvalidArgument(cat(what, " is on ", tensor.device(), "; ddp handles CPU and CUDA tensors"));
-  return Buffer{tensor.data_ptr(), static_cast<std::size_t>(tensor.numel()), to_data_type(tensor.scalar_type()), device};
+  else if (!tensor.is_cpu())
+    throw InvalidArgument(cat(what, " is on ", tensor.device(), "; ddp handles CPU and CUDA tensors"));
+  return Buffer{tensor.data_ptr(), static_cast<std::size_t>(tensor.numel()), to_data_type(tensor.scalar_type()),
+                device};
 }
 
 std::shared_ptr<Work> all_reduce_async(at::Tensor& tensor, ReduceOp op, const GroupPtr& group, Launch launch) {
@@ -172,7 +173,8 @@ std::shared_ptr<Work> reduce_async(at::Tensor& tensor, int dst, ReduceOp op, con
   return ts.hold(g->reduce(ts.ready(b), dst, op, launch));
 }
 
-std::shared_ptr<Work> all_gather_async(std::vector<at::Tensor>& outputs, const at::Tensor& tensor, const GroupPtr& group, Launch launch) {
+std::shared_ptr<Work> all_gather_async(std::vector<at::Tensor>& outputs, const at::Tensor& tensor,
+                                       const GroupPtr& group, Launch launch) {
   auto g = resolve(group);
   OpTensors ts(*g, tensor);
   Buffer in = ts.in(tensor);
@@ -183,7 +185,8 @@ std::shared_ptr<Work> all_gather_async(std::vector<at::Tensor>& outputs, const a
   return ts.hold(work, [flat, outputs]() mutable { unflatten(flat, outputs); });
 }
 
-std::shared_ptr<Work> all_gather_into_tensor_async(at::Tensor& output, const at::Tensor& input, const GroupPtr& group, Launch launch) {
+std::shared_ptr<Work> all_gather_into_tensor_async(at::Tensor& output, const at::Tensor& input, const GroupPtr& group,
+                                                   Launch launch) {
   auto g = resolve(group);
   OpTensors ts(*g, input);
   Buffer in = ts.in(input, "input");
@@ -227,7 +230,8 @@ std::shared_ptr<Work> all_to_all_async(std::vector<at::Tensor>& outputs, const s
   return ts.hold(work, [flat_out, outputs]() mutable { unflatten(flat_out, outputs); });
 }
 
-std::shared_ptr<Work> all_to_all_single_async(at::Tensor& output, const at::Tensor& input, const GroupPtr& group, Launch launch) {
+std::shared_ptr<Work> all_to_all_single_async(at::Tensor& output, const at::Tensor& input, const GroupPtr& group,
+                                              Launch launch) {
   auto g = resolve(group);
   OpTensors ts(*g, input);
   Buffer in = ts.in(input, "input");
@@ -292,7 +296,9 @@ std::shared_ptr<Work> irecv(at::Tensor& tensor, int src, const GroupPtr& group, 
 // queued before it (Launch::OnWait).
 void all_reduce(at::Tensor& t, ReduceOp op, const GroupPtr& g) { all_reduce_async(t, op, g, Launch::OnWait)->wait(); }
 void broadcast(at::Tensor& t, int src, const GroupPtr& g) { broadcast_async(t, src, g, Launch::OnWait)->wait(); }
-void reduce(at::Tensor& t, int dst, ReduceOp op, const GroupPtr& g) { reduce_async(t, dst, op, g, Launch::OnWait)->wait(); }
+void reduce(at::Tensor& t, int dst, ReduceOp op, const GroupPtr& g) {
+  reduce_async(t, dst, op, g, Launch::OnWait)->wait();
+}
 void all_gather(std::vector<at::Tensor>& o, const at::Tensor& t, const GroupPtr& g) {
   all_gather_async(o, t, g, Launch::OnWait)->wait();
 }

@@ -5,13 +5,15 @@
 namespace ddp {
 
 Future::Future(std::shared_ptr<Work> work, at::Tensor tensor) : work_(std::move(work)), tensor_(std::move(tensor)) {
-  if (!work_) throw InvalidArgument("Future: the work is null; pass the Work of the communication that fills the tensor");
+  if (!work_)
+    throw InvalidArgument("Future: the work is null; pass the Work of the communication that fills the tensor");
 }
 
 Future::Future(std::shared_ptr<Work> work, at::Tensor tensor, std::function<at::Tensor(at::Tensor)> then)
     : Future(std::move(work), std::move(tensor)) {
   if (!then) {
-    throw InvalidArgument("Future: the continuation is empty; use Future(work, tensor) when the value is the tensor itself");
+    throw InvalidArgument(
+        "Future: the continuation is empty; use Future(work, tensor) when the value is the tensor itself");
   }
   then_ = std::move(then);
 }

@@ -84,7 +84,8 @@ TEST_F(AccelerateExample, TheSameBinaryRunsAloneAndOnTwoAndThreeProcessesAndTwoE
   auto alone = train("alone", 0, flags("64"));
   ASSERT_EQ(alone.exit_code, 0) << alone.output;
   EXPECT_NE(alone.output.find("training on 1 process(es), cpu, mixed precision no, 1 micro-step(s) per step"),
-            std::string::npos) << alone.output;
+            std::string::npos)
+      << alone.output;
   EXPECT_NE(alone.output.find("test accuracy"), std::string::npos) << alone.output;
   auto two = train("two", 2, flags("32"));
   ASSERT_EQ(two.exit_code, 0) << two.output;

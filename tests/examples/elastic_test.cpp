@@ -22,14 +22,35 @@ using Clock = std::chrono::steady_clock;
 constexpr long kTrain = 2048;
 
 std::vector<std::string> trainer_node(const NodeNetwork& net, int node, int nproc, const fs::path& dir) {
-  return net.on(node, {DDPRUN, "--nnodes=2:3", "--nproc_per_node=" + std::to_string(nproc), "--rdzv_backend=c10d",
-                       "--rdzv_endpoint=" + NodeNetwork::address(0) + ":29400", "--rdzv_id=elastic-example",
-                       "--max_restarts=2", "--grace_period=30",
-                       "--rdzv_conf=join_timeout=60,last_call_timeout=3,keep_alive_interval=0.5,keep_alive_max_attempt=10",
-                       TRAIN_FASHION_MNIST, "--epochs", "2", "--limit-train", std::to_string(kTrain),
-                       "--limit-test", "200", "--batch-size", "16", "--log-every", "2", "--checkpoint-every", "2",
-                       "--timeout", "20", "--checkpoint-dir", (dir / "run").string(), "--sample-log",
-                       (dir / "ids").string()});
+  return net.on(node,
+                {DDPRUN,
+                 "--nnodes=2:3",
+                 "--nproc_per_node=" + std::to_string(nproc),
+                 "--rdzv_backend=c10d",
+                 "--rdzv_endpoint=" + NodeNetwork::address(0) + ":29400",
+                 "--rdzv_id=elastic-example",
+                 "--max_restarts=2",
+                 "--grace_period=30",
+                 "--rdzv_conf=join_timeout=60,last_call_timeout=3,keep_alive_interval=0.5,keep_alive_max_attempt=10",
+                 TRAIN_FASHION_MNIST,
+                 "--epochs",
+                 "2",
+                 "--limit-train",
+                 std::to_string(kTrain),
+                 "--limit-test",
+                 "200",
+                 "--batch-size",
+                 "16",
+                 "--log-every",
+                 "2",
+                 "--checkpoint-every",
+                 "2",
+                 "--timeout",
+                 "20",
+                 "--checkpoint-dir",
+                 (dir / "run").string(),
+                 "--sample-log",
+                 (dir / "ids").string()});
 }
 
 // The highest step of epoch 0 that any rank has logged so far.

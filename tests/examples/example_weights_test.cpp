@@ -72,9 +72,9 @@ TEST_P(ExampleWeights, StartsFromPythonsWeightsAndWritesWeightsPythonLoads) {
 
   // A learning rate so small that SGD leaves the weights as Python wrote them (float32 cannot
   // hold the change), while BatchNorm's statistics still move: --init-from is seen in the result.
-  const auto run = test::run_command({DDPRUN, "--nproc_per_node=2", "--standalone", TRAIN_FASHION_MNIST, "--epochs", "1",
-                                      "--limit-train", "128", "--limit-test", "64", "--batch-size", "32", "--lr", "1e-30",
-                                      "--checkpoint-dir", (root_ / "run").string(), "--init-from", init},
+  const auto run = test::run_command({DDPRUN, "--nproc_per_node=2", "--standalone", TRAIN_FASHION_MNIST, "--epochs",
+                                      "1", "--limit-train", "128", "--limit-test", "64", "--batch-size", "32", "--lr",
+                                      "1e-30", "--checkpoint-dir", (root_ / "run").string(), "--init-from", init},
                                      {}, 240s);
   ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_NE(run.output.find("[0]:initialized from " + init + " (PyTorch legacy, 18 tensors)"), std::string::npos)
@@ -122,19 +122,30 @@ TEST_P(ExampleWeights, StartsFromPythonsWeightsAndWritesWeightsPythonLoads) {
   script +=
       "torch.set_num_threads(1)\n"
       "sys.path.insert(0, 'tests/torch/state_dict'); from pytorch_peer import load_safetensors\n"
-      "images = torch.frombuffer(bytearray(open('" + (root_ / "images.bin").string() + "', 'rb').read()), "
+      "images = torch.frombuffer(bytearray(open('" +
+      (root_ / "images.bin").string() +
+      "', 'rb').read()), "
       "dtype=torch.float32).view(-1, 1, 28, 28)\n"
       "model.eval()\n"
       "with torch.no_grad():\n"
-      "    model(images).flatten().numpy().tofile('" + (root_ / "logits_pt.bin").string() + "')\n"
-      "    twin = Net(); twin.load_state_dict(load_safetensors('" + model_st + "')[0]); twin.eval()\n"
-      "    twin(images).flatten().numpy().tofile('" + (root_ / "logits_safetensors.bin").string() + "')\n"
+      "    model(images).flatten().numpy().tofile('" +
+      (root_ / "logits_pt.bin").string() +
+      "')\n"
+      "    twin = Net(); twin.load_state_dict(load_safetensors('" +
+      model_st +
+      "')[0]); twin.eval()\n"
+      "    twin(images).flatten().numpy().tofile('" +
+      (root_ / "logits_safetensors.bin").string() +
+      "')\n"
       // The printed load_file line itself, uncommented, where the safetensors package is installed.
       "import importlib.util\n"
       "if importlib.util.find_spec('safetensors'):\n"
-      "    " + printed[4].substr(std::min(printed[4].find_first_not_of("# "), printed[4].size())) + "\n"
+      "    " +
+      printed[4].substr(std::min(printed[4].find_first_not_of("# "), printed[4].size())) +
+      "\n"
       "    with torch.no_grad(): model(images).flatten().numpy().tofile('" +
-      (root_ / "logits_load_file.bin").string() + "')\n"
+      (root_ / "logits_load_file.bin").string() +
+      "')\n"
       "else:\n"
       "    print('python: no safetensors package')\n"
       "print('PyTorch', torch.__version__)\n"
@@ -165,8 +176,7 @@ TEST_P(ExampleWeights, StartsFromPythonsWeightsAndWritesWeightsPythonLoads) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(PyTorch, ExampleWeights, ::testing::ValuesIn(test::reference_pythons()),
-                         test::reference_name);
+INSTANTIATE_TEST_SUITE_P(PyTorch, ExampleWeights, ::testing::ValuesIn(test::reference_pythons()), test::reference_name);
 
 }  // namespace
 }  // namespace ddp

@@ -36,9 +36,20 @@ class FashionMnist : public test::ExampleTest {
 
   // ddprun --nproc_per_node=2 train_fashion_mnist <small run flags> <extra>
   TrainRun train(const std::string& dir, std::vector<std::string> extra = {}, int nproc = 2) {
-    std::vector<std::string> argv = {DDPRUN, "--nproc_per_node=" + std::to_string(nproc), "--standalone",
-                                     TRAIN_FASHION_MNIST, "--epochs", "2", "--limit-train", "1024", "--limit-test",
-                                     "500", "--log-every", "4", "--checkpoint-dir", (root_ / dir).string()};
+    std::vector<std::string> argv = {DDPRUN,
+                                     "--nproc_per_node=" + std::to_string(nproc),
+                                     "--standalone",
+                                     TRAIN_FASHION_MNIST,
+                                     "--epochs",
+                                     "2",
+                                     "--limit-train",
+                                     "1024",
+                                     "--limit-test",
+                                     "500",
+                                     "--log-every",
+                                     "4",
+                                     "--checkpoint-dir",
+                                     (root_ / dir).string()};
     argv.insert(argv.end(), extra.begin(), extra.end());
     auto result = test::run_command(argv, {}, 240s);
     return {result.signal ? 128 + result.signal : result.exit_code, result.output};
@@ -71,11 +82,13 @@ TEST_F(FashionMnist, LearnsStopsResumesExactlyAndPassesOverADamagedCheckpoint) {
   auto whole = train("whole");
   ASSERT_EQ(whole.exit_code, 0) << whole.output;
   EXPECT_NE(whole.output.find("training on 2 processes (gloo, cpu), 1024 training and 500 test images"),
-            std::string::npos) << whole.output;
+            std::string::npos)
+      << whole.output;
   EXPECT_NE(whole.output.find("[0]:epoch 2/2: train loss"), std::string::npos) << whole.output;
   EXPECT_EQ(whole.output.find("[1]:epoch"), std::string::npos) << "only rank 0 reports:\n" << whole.output;
   // Each epoch's straggler report (which rank, if any, held the others back).
-  EXPECT_TRUE(std::regex_search(whole.output, std::regex(R"(\[0\]:  (no straggler over \d+ steps|rank \d \(host .*\) is the straggler))")))
+  EXPECT_TRUE(std::regex_search(
+      whole.output, std::regex(R"(\[0\]:  (no straggler over \d+ steps|rank \d \(host .*\) is the straggler))")))
       << whole.output;
   EXPECT_NE(whole.output.find("ddprun: the job succeeded; its last straggler report: "), std::string::npos)
       << whole.output;
@@ -212,8 +225,8 @@ TEST_F(FashionMnist, GradientAccumulationAndBadInput) {
   auto bad = test::run_command({TRAIN_FASHION_MNIST, "--epochs", "many"}, {}, 30s);
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.output.find("--epochs takes an integer >= 1, not 'many'"), std::string::npos) << bad.output;
-  auto missing = test::run_command({TRAIN_FASHION_MNIST, "--data-dir", "/nonexistent", "--checkpoint-dir",
-                                    (root_ / "missing").string()}, {}, 60s);
+  auto missing = test::run_command(
+      {TRAIN_FASHION_MNIST, "--data-dir", "/nonexistent", "--checkpoint-dir", (root_ / "missing").string()}, {}, 60s);
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_NE(missing.output.find("dataset-fashion-mnist"), std::string::npos) << missing.output;
   EXPECT_NE(missing.output.find("--data-dir"), std::string::npos) << missing.output;

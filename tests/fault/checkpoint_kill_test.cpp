@@ -39,18 +39,22 @@ TEST(CheckpointFaults, AWriterKilledMidWriteLeavesThePreviousCheckpointInUse) {
   if (!is_rank_process()) {
     killer = std::thread([dir] {
       const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-      while (std::chrono::steady_clock::now() < end && !has_temporary(dir)) std::this_thread::sleep_for(std::chrono::microseconds(200));
+      while (std::chrono::steady_clock::now() < end && !has_temporary(dir))
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
       int pid = 0;
       std::ifstream(dir / "writer.pid") >> pid;
       if (pid > 0) ::kill(pid, SIGKILL);
     });
   }
-  auto results = run_ranks(1, [&](int, int) {
+  auto results = run_ranks(
+      1,
+      [&](int, int) {
     std::ofstream(dir / "writer.pid") << ::getpid();
     Checkpoints c({.directory = dir.string()});
     // 512 MB: the write takes long enough to be interrupted.
     c.save(2, [](torch::serialize::OutputArchive& a) { a.write("value", torch::full({128 << 20}, 2.0)); });
-  }, {.env = {{"CKPT_DIR", dir.string()}}, .expect_success = false});
+      },
+      {.env = {{"CKPT_DIR", dir.string()}}, .expect_success = false});
   if (is_rank_process()) return;
   killer.join();
   ASSERT_EQ(results.size(), 1u);

@@ -87,8 +87,8 @@ class Faults : public ::testing::Test {
     std::vector<std::string> argv = {DDPRUN, "--nproc_per_node=2", "--standalone", "--grace_period=20"};
     argv.insert(argv.end(), launcher_flags.begin(), launcher_flags.end());
     argv.insert(argv.end(), {TRAIN_FASHION_MNIST, "--epochs", "2", "--limit-train", "3072", "--limit-test", "500",
-                             "--checkpoint-every", "4", "--log-every", "2", "--timeout", std::to_string(kTimeoutSeconds),
-                             "--checkpoint-dir", dir(run)});
+                             "--checkpoint-every", "4", "--log-every", "2", "--timeout",
+                             std::to_string(kTimeoutSeconds), "--checkpoint-dir", dir(run)});
     argv.insert(argv.end(), train_flags.begin(), train_flags.end());
     return argv;
   }
@@ -134,8 +134,8 @@ TEST_F(Faults, ARankKilledAtARandomMomentIsNamedByEveryoneAndNothingIsLeft) {
       EXPECT_TRUE(launch.out().find("done: test accuracy") != std::string::npos) << launch.all();
     } else {
       const int survivor = 1 - victim;
-      EXPECT_TRUE(std::regex_search(launch.err(), std::regex("Root cause \\(first failure\\):\\s+rank\\s+: " +
-                                                              std::to_string(victim) + " ")))
+      EXPECT_TRUE(std::regex_search(
+          launch.err(), std::regex("Root cause \\(first failure\\):\\s+rank\\s+: " + std::to_string(victim) + " ")))
           << launch.all();
       EXPECT_NE(launch.err().find("SIGKILL"), std::string::npos) << launch.all();
       // The survivor noticed on its own, naming the lost rank (unless it was already finishing).
@@ -174,7 +174,8 @@ TEST_F(Faults, WithARestartTheJobResumesAndEndsExactlyAsAnUninterruptedRun) {
     ASSERT_TRUE(::kill(pids[victim], SIGKILL) == 0 || errno == ESRCH) << std::strerror(errno);
     ASSERT_TRUE(launch.wait(120s)) << launch.all();
     ASSERT_EQ(launch.exit_code(), 0) << launch.all();
-    if (launch.err().find("restarting") == std::string::npos && launch.all().find("resumed from") == std::string::npos) {
+    if (launch.err().find("restarting") == std::string::npos &&
+        launch.all().find("resumed from") == std::string::npos) {
       continue;  // finished before the kill landed
     }
     // It lost at most one checkpoint interval: it resumed from the newest checkpoint written
@@ -210,8 +211,9 @@ TEST_F(Faults, AStoppedRankFailsTheOthersAfterTheTimeoutNamingItAndTheCollective
   const std::string all = launch.all();
   // "barrier #19 in group ..." or "all_reduce #17 (float32 x 220426, SUM) in group ...".
   const std::string op = "\\S+ #[0-9]+( \\([^)]*\\))?";
-  EXPECT_TRUE(std::regex_search(all, std::regex("\\[0\\]:train_fashion_mnist: .*" + op +
-                                                " in group 'world' on rank 0 timed out after 5.0 s"))) << all;
+  EXPECT_TRUE(std::regex_search(
+      all, std::regex("\\[0\\]:train_fashion_mnist: .*" + op + " in group 'world' on rank 0 timed out after 5.0 s")))
+      << all;
   // Stopped before the collective, or inside it (it then finishes its part once continued).
   EXPECT_TRUE(std::regex_search(all, std::regex("Ranks that had not reached " + op + ": rank 1: ")) ||
               std::regex_search(all, std::regex("Every rank reached " + op + "; still inside it: rank 1\\.")))
@@ -227,8 +229,10 @@ TEST_F(Faults, TheStoreHostDyingEndsTheOthersWithAClearError) {
     ranks.push_back(std::make_unique<Launch>(
         std::vector<std::string>{TRAIN_FASHION_MNIST, "--epochs", "2", "--limit-train", "3072", "--limit-test", "500",
                                  "--timeout", std::to_string(kTimeoutSeconds), "--checkpoint-dir", dir("host")},
-        std::map<std::string, std::string>{{"RANK", std::to_string(rank)}, {"WORLD_SIZE", "2"},
-                                           {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port},
+        std::map<std::string, std::string>{{"RANK", std::to_string(rank)},
+                                           {"WORLD_SIZE", "2"},
+                                           {"MASTER_ADDR", "127.0.0.1"},
+                                           {"MASTER_PORT", port},
                                            {"OMP_NUM_THREADS", "1"}}));
   }
   ASSERT_TRUE(ranks[0]->wait_for("training on 2 processes", 60s)) << ranks[0]->all();
@@ -270,7 +274,8 @@ TEST_F(Faults, ANetworkFaultBetweenTwoNodesIsAnErrorWithinTheTimeout) {
   EXPECT_NE(a.exit_code(), 0) << a.all();
   EXPECT_NE(b.exit_code(), 0) << b.all();
   const std::string all = a.all() + b.all();
-  EXPECT_TRUE(all.find("timed out after 5.0 s") != std::string::npos || all.find("Lost rank") != std::string::npos) << all;
+  EXPECT_TRUE(all.find("timed out after 5.0 s") != std::string::npos || all.find("Lost rank") != std::string::npos)
+      << all;
   EXPECT_LT(Clock::now() - cut, std::chrono::seconds(kTimeoutSeconds + 40)) << all;
 }
 

@@ -51,18 +51,10 @@ class Steps {
     // A parked client's requests wait unread, but for these two (as CANCEL_WAIT and a close).
     if (parked_.count(client) && q.op != wire::Op::Ping && q.op != wire::Op::Bye) return;
     switch (q.op) {
-      case wire::Op::Set:
-        changed(q.key, [&] { return keys_.set(q.key, q.value); });
-        break;
-      case wire::Op::Get:
-        wait(client, KeySpace::Want::Value, {q.key}, q.number);
-        break;
-      case wire::Op::Wait:
-        wait(client, KeySpace::Want::Keys, q.keys, q.number);
-        break;
-      case wire::Op::MultiGet:
-        wait(client, KeySpace::Want::Values, q.keys, q.number);
-        break;
+      case wire::Op::Set: changed(q.key, [&] { return keys_.set(q.key, q.value); }); break;
+      case wire::Op::Get: wait(client, KeySpace::Want::Value, {q.key}, q.number); break;
+      case wire::Op::Wait: wait(client, KeySpace::Want::Keys, q.keys, q.number); break;
+      case wire::Op::MultiGet: wait(client, KeySpace::Want::Values, q.keys, q.number); break;
       case wire::Op::Add:
         changed(q.key, [&] {
           try {
@@ -96,8 +88,7 @@ class Steps {
         });
         break;
       }
-      case wire::Op::NumKeys:
-        break;
+      case wire::Op::NumKeys: break;
       case wire::Op::Hello:  // time passes
         now_ += std::chrono::milliseconds(std::clamp<std::int64_t>(q.number, 0, 1'000'000));
         expire();
@@ -124,8 +115,9 @@ class Steps {
     if (effects.notice) {
       const auto& n = *effects.notice;
       CHECK(n.key == key && n.old_value == before.value_or("") && n.new_value == (after ? *after : ""));
-      CHECK(n.change == (!after ? KeySpace::Change::Deleted
-                                : before ? KeySpace::Change::Updated : KeySpace::Change::Created));
+      CHECK(n.change == (!after   ? KeySpace::Change::Deleted
+                         : before ? KeySpace::Change::Updated
+                                  : KeySpace::Change::Created));
       CHECK(std::vector<KeySpace::ClientId>(watching.begin(), watching.end()) == n.watchers);
     } else {
       // Unwatched, or nothing changed.
@@ -135,8 +127,9 @@ class Steps {
   }
 
   void wait(KeySpace::ClientId client, KeySpace::Want want, std::vector<std::string> keys, std::int64_t timeout_ms) {
-    const auto deadline = timeout_ms < 0 ? KeySpace::kNoDeadline  // as a PyTorch wait
-                                         : now_ + std::chrono::milliseconds(std::min<std::int64_t>(timeout_ms, 1'000'000));
+    const auto deadline = timeout_ms < 0
+                              ? KeySpace::kNoDeadline  // as a PyTorch wait
+                              : now_ + std::chrono::milliseconds(std::min<std::int64_t>(timeout_ms, 1'000'000));
     auto now = keys_.wait(client, want, keys, deadline);
     parked_[client] = {want, std::move(keys), deadline};
     if (now) {

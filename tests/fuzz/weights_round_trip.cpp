@@ -62,8 +62,8 @@ void check_round_trip(const weights::Weights& w) {
     if (name == "__metadata__") return;  // the one name safetensors reserves
     const auto bytes = elements(w, t);
     contiguous.storages.push_back({t.type, bytes.size() / weights::element_size(t.type), bytes});
-    contiguous.tensors.emplace_back(name, weights::TensorRecord{t.type, t.sizes, weights::contiguous_strides(t.sizes), 0,
-                                                                contiguous.storages.size() - 1});
+    contiguous.tensors.emplace_back(name, weights::TensorRecord{t.type, t.sizes, weights::contiguous_strides(t.sizes),
+                                                                0, contiguous.storages.size() - 1});
   }
   contiguous.metadata = w.metadata;
   const auto st = weights::read_safetensors(weights::write_safetensors(contiguous));

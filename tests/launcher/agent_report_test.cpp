@@ -42,7 +42,8 @@ TEST(AgentReport, AWaitingNodeIsToldWhetherTheJobMakesRoomOrIsFull) {
   full.round = 4;
   full.nodes = {{.nproc = 1}, {.nproc = 1}};
   const std::string room = waiting_line(full, 1, 3);
-  test::expect_contains(room, {"the job runs with 2 nodes (round 4)", "stop their workers (SIGTERM, then --grace_period)"});
+  test::expect_contains(room,
+                        {"the job runs with 2 nodes (round 4)", "stop their workers (SIGTERM, then --grace_period)"});
   const std::string no_room = waiting_line(full, 1, 2);
   test::expect_contains(no_room, {"the most nodes --nnodes=1:2 allows, so until one is lost"});
   full.nodes.resize(1);
@@ -57,8 +58,9 @@ TEST(AgentReport, ASuccessReportSaysTheStragglerAndAnElasticJobsChangesAndNothin
   after.nnodes = 1;
   after.nodes = {{.nproc = 2}};
   const std::string text = success_report("", 2, after, {lost_node()});
-  test::expect_contains(text, {"ddprun: the job succeeded in round 2 with 1 node, 2 workers, after 1 membership change:\n",
-                                  "  " + history_line(lost_node()) + "\n"});
+  test::expect_contains(text,
+                        {"ddprun: the job succeeded in round 2 with 1 node, 2 workers, after 1 membership change:\n",
+                         "  " + history_line(lost_node()) + "\n"});
   EXPECT_EQ(history_lines({lost_node(), lost_node()}), std::vector<std::string>(2, history_line(lost_node())));
 }
 

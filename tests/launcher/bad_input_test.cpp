@@ -53,9 +53,9 @@ TEST(BadInput, PortInUse) {
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   const int port = ntohs(addr.sin_port);
   TempDir dir;
-  expect_refused(ddprun_worker({"--nproc_per_node=2", "--master_port=" + std::to_string(port)},
-                               {"--pid-dir", dir.path()}),
-                 {"cannot host the job's store on port " + std::to_string(port), "--master_port", "--standalone"});
+  expect_refused(
+      ddprun_worker({"--nproc_per_node=2", "--master_port=" + std::to_string(port)}, {"--pid-dir", dir.path()}),
+      {"cannot host the job's store on port " + std::to_string(port), "--master_port", "--standalone"});
   EXPECT_EQ(read_file(dir.file("worker_0")), "") << "a worker was started";
   ::close(fd);
 }
@@ -64,19 +64,18 @@ TEST(BadInput, AStoreHostThatDoesNotResolve) {
   // At once, rather than workers retrying silently until their timeout (.invalid never resolves).
   TempDir dir;
   const auto start = std::chrono::steady_clock::now();
-  expect_refused(ddprun_worker({"--nproc_per_node=2", port_flag(), "--master_addr=no-such-host.invalid"},
-                               {"--pid-dir", dir.path()}),
-                 {"--master_addr names the store's host \"no-such-host.invalid\", which does not resolve on this machine",
-                  "Give an IP address"});
+  expect_refused(
+      ddprun_worker({"--nproc_per_node=2", port_flag(), "--master_addr=no-such-host.invalid"},
+                    {"--pid-dir", dir.path()}),
+      {"--master_addr names the store's host \"no-such-host.invalid\", which does not resolve on this machine",
+       "Give an IP address"});
   EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);
   EXPECT_EQ(read_file(dir.file("worker_0")), "") << "a worker was started";
   expect_refused(ddprun_worker({"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=no-such-host.invalid:29400"}, {}),
                  {"--rdzv_endpoint names the store's host \"no-such-host.invalid\""});
 }
 
-TEST(BadInput, GpuWithoutGpus) {
-  expect_refused({kDdprun, "--nproc_per_node=gpu", kWorker}, {"no visible GPU"});
-}
+TEST(BadInput, GpuWithoutGpus) { expect_refused({kDdprun, "--nproc_per_node=gpu", kWorker}, {"no visible GPU"}); }
 
 }  // namespace
 }  // namespace ddp::launcher::test

@@ -65,8 +65,7 @@ detail::Op all_reduce(std::uint64_t seq) {
   return op;
 }
 
-detail::PeerState at(int rank, int global_rank, std::uint64_t started, std::uint64_t finished,
-                     const detail::Op& last) {
+detail::PeerState at(int rank, int global_rank, std::uint64_t started, std::uint64_t finished, const detail::Op& last) {
   detail::PeerState p;
   p.rank = rank;
   p.global_rank = global_rank;
@@ -99,8 +98,8 @@ TEST(Blame, ReadsTheRanksOfEveryDiagnosisOfTheCore) {
   detail::PeerState gone_too = at(2, 4, 1, 1, all_reduce(0));
   gone_too.lost = "pid 6 on b";
   Records lost;
-  lost.by_rank[0] = core_record(ErrorKind::PeerLost, all_reduce(2), 0, {0, 1, 4, 5},
-                                {gone, gone_too, at(3, 5, 1, 1, all_reduce(0))});
+  lost.by_rank[0] =
+      core_record(ErrorKind::PeerLost, all_reduce(2), 0, {0, 1, 4, 5}, {gone, gone_too, at(3, 5, 1, 1, all_reduce(0))});
   EXPECT_EQ(ranks_waited_for(0, lost.lookup()), Ranks({1, 4}));
   // A mismatch has no one culprit.
   Records mismatch;
@@ -159,8 +158,9 @@ TEST(Blame, ARankStoppedBeforeItJoinedIsTheRootCause) {
                                .rank = 1,
                                .group = "world",
                                .behind = {0},
-                               .detail = "group 'world': rank 0 of 2 did not join within 5.0 s. They may not have "
-                                         "been started"};
+                               .detail =
+                                   "group 'world': rank 0 of 2 did not join within 5.0 s. They may not have "
+                                   "been started"};
   auto culprit = find_root_cause(1, r.lookup(), {}, suspended);
   ASSERT_TRUE(culprit);
   EXPECT_EQ(culprit->rank, 0);
@@ -183,8 +183,8 @@ TEST(Blame, AStoppedRankExplainsATimeoutThatNamesNobody) {
   // A PyTorch program's error: no record, but a timeout while rank 1 was stopped.
   const std::vector<SuspendedWorker> suspended = {{1, "suspended (state T in /proc/5/stat)"}};
   const Records none;
-  auto culprit =
-      find_root_cause(0, none.lookup(), {"RuntimeError: [gloo] Timed out waiting 1800000ms for recv operation"}, suspended);
+  auto culprit = find_root_cause(0, none.lookup(),
+                                 {"RuntimeError: [gloo] Timed out waiting 1800000ms for recv operation"}, suspended);
   ASSERT_TRUE(culprit);
   EXPECT_EQ(culprit->rank, 1);
   EXPECT_NE(culprit->evidence.find("failed with a timeout (its error names no rank it waited for)"), std::string::npos);
@@ -217,14 +217,20 @@ TEST(Blame, RewordingEveryMessageChangesNoBlame) {
   const std::vector<SuspendedWorker> stopped = {{2, "suspended (state T in /proc/7/stat)"}};
   std::vector<Records> cases = {behind()};
   Records chain;
-  chain.by_rank[0] = FailureRecord{.kind = ErrorKind::PeerLost, .rank = 0, .first = 3,
-                                   .detail = "Rank 3 failed first: ...", .message = "broadcast #5 failed"};
-  chain.by_rank[3] = core_record(ErrorKind::Timeout, all_reduce(5), 3, {0, 1, 2, 3},
-                                 {at(0, 0, 6, 5, all_reduce(5)), at(1, 1, 6, 5, all_reduce(5)),
-                                  at(2, 2, 5, 5, all_reduce(4))});
+  chain.by_rank[0] = FailureRecord{.kind = ErrorKind::PeerLost,
+                                   .rank = 0,
+                                   .first = 3,
+                                   .detail = "Rank 3 failed first: ...",
+                                   .message = "broadcast #5 failed"};
+  chain.by_rank[3] =
+      core_record(ErrorKind::Timeout, all_reduce(5), 3, {0, 1, 2, 3},
+                  {at(0, 0, 6, 5, all_reduce(5)), at(1, 1, 6, 5, all_reduce(5)), at(2, 2, 5, 5, all_reduce(4))});
   cases.push_back(chain);
   Records joined;
-  joined.by_rank[0] = FailureRecord{.kind = ErrorKind::Timeout, .rank = 0, .group = "world", .behind = {2},
+  joined.by_rank[0] = FailureRecord{.kind = ErrorKind::Timeout,
+                                    .rank = 0,
+                                    .group = "world",
+                                    .behind = {2},
                                     .detail = "group 'world': rank 2 of 3 did not join within 5.0 s"};
   cases.push_back(joined);
   for (const Records& original : cases) {

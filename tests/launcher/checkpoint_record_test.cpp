@@ -45,8 +45,9 @@ TEST(CheckpointRecord, TheNewestOfTheRanksWinsAndBadRecordsAreNamed) {
     EXPECT_EQ(newest->step, 41);
     EXPECT_EQ(newest->rank, 1);
     ASSERT_EQ(problems.size(), 2u);
-    EXPECT_NE(problems[0].find("rank 2's checkpoint record " + records.path_for(2) + " is unreadable: it holds no step"),
-              std::string::npos)
+    EXPECT_NE(
+        problems[0].find("rank 2's checkpoint record " + records.path_for(2) + " is unreadable: it holds no step"),
+        std::string::npos)
         << problems[0];
     EXPECT_NE(problems[1].find("is larger than 64 KiB"), std::string::npos) << problems[1];
     EXPECT_EQ(records.latest({0}, problems)->path, "/a");
@@ -70,7 +71,7 @@ TEST(CheckpointRecord, AnUnusableTmpdirIsNamed) {
   const std::string saved = before ? before : "";
   ::setenv("TMPDIR", "/nonexistent/ddprun-test", 1);
   ddp::test::expect_error<IOError>([] { CheckpointRecords records; },
-                              {"/nonexistent/ddprun-test/ddprun-checkpoints-", "Set TMPDIR"});
+                                   {"/nonexistent/ddprun-test/ddprun-checkpoints-", "Set TMPDIR"});
   if (before) {
     ::setenv("TMPDIR", saved.c_str(), 1);
   } else {

@@ -20,7 +20,8 @@ inline const std::string kDdprun = DDPRUN_PATH;
 inline const std::string kWorker = TEST_WORKER_PATH;
 
 // ddprun FLAGS... test_worker WORKER_ARGS...
-inline std::vector<std::string> ddprun_worker(std::vector<std::string> flags, const std::vector<std::string>& worker_args) {
+inline std::vector<std::string> ddprun_worker(std::vector<std::string> flags,
+                                              const std::vector<std::string>& worker_args) {
   std::vector<std::string> argv = {kDdprun};
   argv.insert(argv.end(), flags.begin(), flags.end());
   argv.push_back(kWorker);
@@ -43,7 +44,6 @@ inline std::map<int, std::map<std::string, std::string>> printed_env(const std::
   }
   return env;
 }
-
 
 // Waits until every pid is gone (or a zombie); false after `deadline`.
 inline bool all_gone(const std::vector<pid_t>& pids, std::chrono::milliseconds deadline = std::chrono::seconds(5)) {

@@ -24,14 +24,14 @@ std::vector<std::string> elastic_node(const NodeNetwork& net, int node, const st
   return net.on(node, ddprun_worker({"--nnodes=" + nnodes, "--nproc_per_node=1", "--rdzv_backend=c10d",
                                      "--rdzv_endpoint=" + NodeNetwork::address(0) + ":29400", "--rdzv_id=elastic",
                                      "--max_restarts=" + std::to_string(max_restarts), "--grace_period=5",
-                                     "--rdzv_conf=join_timeout=" + join_timeout +
-                                         ",last_call_timeout=" + last_call + ",keep_alive_interval=0.5,keep_alive_max_attempt=6"},
+                                     "--rdzv_conf=join_timeout=" + join_timeout + ",last_call_timeout=" + last_call +
+                                         ",keep_alive_interval=0.5,keep_alive_max_attempt=6"},
                                     worker));
 }
 
 // Round 0: all_reduce, then sleep until SIGTERM; later rounds: all_reduce and exit.
-const std::vector<std::string> kSleepInRoundZero = {"--pid-dir", "", "--allreduce", "--then", "sleep",
-                                                    "--then-below-restart", "1"};
+const std::vector<std::string> kSleepInRoundZero = {
+    "--pid-dir", "", "--allreduce", "--then", "sleep", "--then-below-restart", "1"};
 
 std::vector<std::string> sleeper(const TempDir& dir) {
   auto worker = kSleepInRoundZero;
@@ -53,23 +53,26 @@ TEST(Elastic, ANodeThatArrivesJoinsAtTheNextRoundWithoutARestart) {
   Launch c(elastic_node(net, 2, "2:3", 0, sleeper(dir)));
   ASSERT_TRUE(Launch::wait_all({&a, &b, &c}, 60s));
   for (Launch* n : {&a, &b, &c}) EXPECT_EQ(n->exit_code(), 0) << n->all();
-  expect_contains(c.err(), {"ddprun: the job runs with 2 nodes (round 0); this node waits for the next round: the "
-                            "running nodes stop their workers (SIGTERM, then --grace_period) to let it in"},
+  expect_contains(c.err(),
+                  {"ddprun: the job runs with 2 nodes (round 0); this node waits for the next round: the "
+                   "running nodes stop their workers (SIGTERM, then --grace_period) to let it in"},
                   c.all());
   for (Launch* n : {&a, &b}) {
-    expect_contains(n->err(), {"ddprun: round 0 ends: a node (host nodeC, pid " + std::to_string(c.pid()) +
-                                   ", 1 worker) is waiting to join",
-                               "a membership change uses no restart"},
-                    n->all());
+    expect_contains(
+        n->err(),
+        {"ddprun: round 0 ends: a node (host nodeC, pid " + std::to_string(c.pid()) + ", 1 worker) is waiting to join",
+         "a membership change uses no restart"},
+        n->all());
   }
   expect_contains(a.out(), {"[0]:rank 0 got SIGTERM", "[0]:sum=6 world=3 rank=0 local_rank=0 attempt=1"}, a.all());
   expect_contains(b.out(), {"[1]:rank 1 got SIGTERM", "[1]:sum=6 world=3 rank=1 local_rank=0 attempt=1"}, b.all());
   expect_contains(c.out(), {"[2]:sum=6 world=3 rank=2 local_rank=0 attempt=1"}, c.all());
   for (Launch* n : {&a, &b, &c}) {
-    expect_contains(n->err(), {"node 2 (host nodeC, pid " + std::to_string(c.pid()) +
-                                   ") joined; continuing with 3 nodes, 3 workers",
-                               "ddprun: the job succeeded in round 1 with 3 nodes, 3 workers, after 1 membership change:"},
-                    n->all());
+    expect_contains(
+        n->err(),
+        {"node 2 (host nodeC, pid " + std::to_string(c.pid()) + ") joined; continuing with 3 nodes, 3 workers",
+         "ddprun: the job succeeded in round 1 with 3 nodes, 3 workers, after 1 membership change:"},
+        n->all());
     EXPECT_EQ(n->err().find("failed"), std::string::npos) << n->all();
   }
   expect_contains(c.err(), {"round 1: node 2 of 3: ranks 2 to 2 of 3"}, c.all());
@@ -136,10 +139,11 @@ TEST(Elastic, ANodeKilledIsDroppedAndTheOthersGoOnWithOneRestart) {
   ASSERT_TRUE(Launch::wait_all({&a, survivor.launch}, 60s));
   for (Launch* n : {&a, survivor.launch}) {
     EXPECT_EQ(n->exit_code(), 0) << n->all();
-    expect_contains(n->err(), {"ddprun: the job failed on attempt 1 of 2 (--max_restarts=1); restarting every worker",
-                               "Root cause: the ddprun of " + node2 + " vanished", node2 + " lost: its ddprun vanished (",
-                               "its connection to the job's store closed without a goodbye",
-                               "ddprun: the job succeeded in round 1 with 2 nodes, 2 workers, after 1 membership change"},
+    expect_contains(n->err(),
+                    {"ddprun: the job failed on attempt 1 of 2 (--max_restarts=1); restarting every worker",
+                     "Root cause: the ddprun of " + node2 + " vanished", node2 + " lost: its ddprun vanished (",
+                     "its connection to the job's store closed without a goodbye",
+                     "ddprun: the job succeeded in round 1 with 2 nodes, 2 workers, after 1 membership change"},
                     n->all());
   }
   expect_contains(a.out(), {"[0]:sum=3 world=2 rank=0 local_rank=0 attempt=1"}, a.all());
@@ -160,10 +164,11 @@ TEST(Elastic, ANodeCutOffIsDroppedAfterItsMissedHeartbeats) {
   ASSERT_TRUE(Launch::wait_all({&a, &b, &c}, 60s));
   for (Launch* n : {&a, survivor.launch}) {
     EXPECT_EQ(n->exit_code(), 0) << n->all();
-    expect_contains(n->err(), {"node 2 (host " + victim.host + ", pid " + std::to_string(victim.launch->pid()) +
-                                   ") lost: its ddprun went silent: no heartbeat for ",
-                               "(keep_alive_interval=500 ms x keep_alive_max_attempt=6); its machine froze or its "
-                               "network is cut; continuing with 2 nodes, 2 workers"},
+    expect_contains(n->err(),
+                    {"node 2 (host " + victim.host + ", pid " + std::to_string(victim.launch->pid()) +
+                         ") lost: its ddprun went silent: no heartbeat for ",
+                     "(keep_alive_interval=500 ms x keep_alive_max_attempt=6); its machine froze or its "
+                     "network is cut; continuing with 2 nodes, 2 workers"},
                     n->all());
   }
   // The node cut off cannot reach the store either: it stops its workers and says so.
@@ -216,9 +221,10 @@ TEST(Elastic, TheStoresNodeKilledEndsTheJobSayingItCannotBeLost) {
   ::kill(a.pid(), SIGKILL);
   ASSERT_TRUE(b.wait(30s));
   EXPECT_EQ(b.exit_code(), 1) << b.all();
-  expect_contains(b.err(), {"Root cause: this node lost the job's store at 10.201.0.1:29400: the ddprun hosting it "
-                            "has exited or cannot be reached",
-                            "The node hosting the store cannot be lost, even in an elastic job (--nnodes=MIN:MAX)"},
+  expect_contains(b.err(),
+                  {"Root cause: this node lost the job's store at 10.201.0.1:29400: the ddprun hosting it "
+                   "has exited or cannot be reached",
+                   "The node hosting the store cannot be lost, even in an elastic job (--nnodes=MIN:MAX)"},
                   b.all());
   EXPECT_EQ(b.err().find("restarting"), std::string::npos) << b.all();
   EXPECT_TRUE(all_gone(workers)) << "a worker was left behind";

@@ -47,11 +47,11 @@ TEST(FlightReport, TheSummaryNamesAKilledWorkerAndTheCollectiveTheOthersWaitedAt
     }
   }
   ASSERT_GT(seq, 1u) << "rank 0 should have finished some collectives before rank 1 was killed";
-  expect_contains(run.err(), {"Flight recorder (each rank's last collectives, from " + folder + "):",
-                              "  dumps from 2 of 3 ranks; none from rank 1",
-                              "  => rank 1 at sequence number " + std::to_string(seq) +
-                                  " of group 'world': missing (no dump)",
-                              "ddp-trace --entries 20 " + folder},
+  expect_contains(run.err(),
+                  {"Flight recorder (each rank's last collectives, from " + folder + "):",
+                   "  dumps from 2 of 3 ranks; none from rank 1",
+                   "  => rank 1 at sequence number " + std::to_string(seq) + " of group 'world': missing (no dump)",
+                   "ddp-trace --entries 20 " + folder},
                   run.all());
   // The flight report follows the failure summary, which names the same rank.
   EXPECT_LT(run.err().find("rank       : 1 (local rank 1 on node 0)"), run.err().find("Flight recorder ("))

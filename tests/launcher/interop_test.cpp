@@ -36,9 +36,18 @@ void expect_torchrun_logs_in(const TempDir& logs) {
 // torchrun's logs go to --log_dir (else to /tmp/torchelastic_*, left behind), its temporary
 // files to TMPDIR: both inside `logs`, which the test removes.
 std::vector<std::string> torchrun(const TempDir& logs, int port, std::vector<std::string> rest) {
-  std::vector<std::string> argv = {kPython, "-m", "torch.distributed.run", "--nproc_per_node=2",
-                                   "--master_port=" + std::to_string(port), "--redirects", "1", "--tee", "1",
-                                   "--log_dir", logs.path(), "--no_python"};
+  std::vector<std::string> argv = {kPython,
+                                   "-m",
+                                   "torch.distributed.run",
+                                   "--nproc_per_node=2",
+                                   "--master_port=" + std::to_string(port),
+                                   "--redirects",
+                                   "1",
+                                   "--tee",
+                                   "1",
+                                   "--log_dir",
+                                   logs.path(),
+                                   "--no_python"};
   argv.insert(argv.end(), rest.begin(), rest.end());
   return argv;
 }
@@ -80,9 +89,9 @@ TEST(Interop, DdprunSetsTheEnvironmentTorchrunSets) {
   const std::set<std::string> interpreters = added_by_python(clean);
   Launch theirs(torchrun(logs, torch_port, {"env"}), clean);
   const int our_port = free_port();
-  Launch ours({kDdprun, "--nproc_per_node=2", "--master_port=" + std::to_string(our_port), "--log_dir", logs.path(),
-               "env"},
-              clean);
+  Launch ours(
+      {kDdprun, "--nproc_per_node=2", "--master_port=" + std::to_string(our_port), "--log_dir", logs.path(), "env"},
+      clean);
   ASSERT_TRUE(Launch::wait_all({&theirs, &ours}, 90s));
   ASSERT_EQ(theirs.exit_code(), 0) << theirs.all();
   ASSERT_EQ(ours.exit_code(), 0) << ours.all();
@@ -100,8 +109,8 @@ TEST(Interop, DdprunSetsTheEnvironmentTorchrunSets) {
   for (int rank = 0; rank < 2; ++rank) {
     for (const auto& [name, value] : expected.at(rank)) {
       if (std::getenv(name.c_str()) && name != "OMP_NUM_THREADS") continue;  // inherited, not set by torchrun
-      if (name == "_") continue;                                              // the shell's last command
-      if (interpreters.count(name)) continue;                                 // torchrun's Python, not torchrun
+      if (name == "_") continue;                                             // the shell's last command
+      if (interpreters.count(name)) continue;                                // torchrun's Python, not torchrun
       ASSERT_TRUE(got.at(rank).count(name)) << "ddprun does not set " << name << " (torchrun: " << value << ")";
       if (name == "MASTER_PORT") {
         EXPECT_EQ(value, std::to_string(torch_port));
@@ -125,8 +134,9 @@ TEST(Interop, TorchrunLaunchesADdpProgram) {
   ASSERT_TRUE(run.wait(90s));
   EXPECT_EQ(run.exit_code(), 0) << run.all();
   expect_torchrun_logs_in(logs);
-  expect_contains(run.out(), {"[default0]:sum=3 world=2 rank=0 local_rank=0 attempt=0",
-                              "[default1]:sum=3 world=2 rank=1 local_rank=1 attempt=0"},
+  expect_contains(run.out(),
+                  {"[default0]:sum=3 world=2 rank=0 local_rank=0 attempt=0",
+                   "[default1]:sum=3 world=2 rank=1 local_rank=1 attempt=0"},
                   run.all());
 }
 
@@ -136,8 +146,9 @@ TEST(Interop, DdprunLaunchesAPyTorchDdpScript) {
              {{"GLOO_SOCKET_IFNAME", "lo"}});
   ASSERT_TRUE(run.wait(90s));
   EXPECT_EQ(run.exit_code(), 0) << run.all();
-  expect_contains(run.out(), {"[0]:ddp rank=0 world=2 same=True matches_reference=True local_rank=0",
-                              "[1]:ddp rank=1 world=2 same=True matches_reference=True local_rank=1"},
+  expect_contains(run.out(),
+                  {"[0]:ddp rank=0 world=2 same=True matches_reference=True local_rank=0",
+                   "[1]:ddp rank=1 world=2 same=True matches_reference=True local_rank=1"},
                   run.all());
 }
 

@@ -61,7 +61,8 @@ TEST(JobConfig, Standalone) {
 }
 
 TEST(JobConfig, StaticNodes) {
-  const JobConfig node1 = config_of({"--nnodes=2", "--node_rank=1", "--master_addr=10.0.0.1", "--master_port=1234", "p"});
+  const JobConfig node1 =
+      config_of({"--nnodes=2", "--node_rank=1", "--master_addr=10.0.0.1", "--master_port=1234", "p"});
   EXPECT_EQ(node1.store_role, JobConfig::StoreRole::Client);
   EXPECT_EQ(node1.store_host, "10.0.0.1");
   EXPECT_EQ(node1.store_port, 1234);
@@ -78,8 +79,9 @@ TEST(JobConfig, StaticNodes) {
   // Node rank 1 at the default address is warned that it reaches only this machine.
   const auto notes = config_of({"--nnodes=2", "--node_rank=1", "p"}).notes;
   ASSERT_EQ(notes.size(), 1u);
-  EXPECT_EQ(notes[0], "node ranks above 0 reach node 0 at 127.0.0.1 (the default --master_addr): that only works "
-                      "when every node runs on this machine");
+  EXPECT_EQ(notes[0],
+            "node ranks above 0 reach node 0 at 127.0.0.1 (the default --master_addr): that only works "
+            "when every node runs on this machine");
 }
 
 TEST(JobConfig, NodeRankMustBeBelowNnodes) {
@@ -151,12 +153,13 @@ TEST(JobConfig, SlurmFillsWhatTheFlagsLeaveOpen) {
   EXPECT_EQ(f.store_host, "me");
   EXPECT_EQ(f.store_host_source, "--master_addr");
   // A loopback first host: the note says that it came from Slurm (not from --master_addr's default).
-  const JobConfig loopback = config_of({"p"}, {{"SLURM_NNODES", "2"}, {"SLURM_NODEID", "1"},
-                                               {"SLURM_JOB_NODELIST", "127.0.0.1,node2"}});
+  const JobConfig loopback =
+      config_of({"p"}, {{"SLURM_NNODES", "2"}, {"SLURM_NODEID", "1"}, {"SLURM_JOB_NODELIST", "127.0.0.1,node2"}});
   EXPECT_EQ(loopback.master_addr, "127.0.0.1");
   ASSERT_EQ(loopback.notes.size(), 4u);
-  EXPECT_EQ(loopback.notes[3], "node ranks above 0 reach node 0 at 127.0.0.1 (the first host of SLURM_JOB_NODELIST): "
-                               "that only works when every node runs on this machine");
+  EXPECT_EQ(loopback.notes[3],
+            "node ranks above 0 reach node 0 at 127.0.0.1 (the first host of SLURM_JOB_NODELIST): "
+            "that only works when every node runs on this machine");
   // A malformed Slurm value is named.
   expect_contains(error_of({"p"}, {{"SLURM_NNODES", "x"}}), {"SLURM_NNODES", "\"x\""});
 }

@@ -65,7 +65,8 @@ TEST(LineSplitter, AsATerminalShowsCarriageReturns) {
   splitter.feed("\rstep 1/3", emit);
   EXPECT_EQ(splitter.partial(), "step 1/3");
   splitter.feed("\rstep 2/3\r", emit);
-  EXPECT_EQ(splitter.partial(), "step 2/3") << "a '\\r' at the end may be a \"\\r\\n\": the line stays until the next byte";
+  EXPECT_EQ(splitter.partial(), "step 2/3")
+      << "a '\\r' at the end may be a \"\\r\\n\": the line stays until the next byte";
   splitter.feed("step 3/3\ndone\r", emit);
   splitter.feed("\nwindows\r\n", emit);  // "\r\n" split across two reads, then whole
   EXPECT_EQ(lines, (Lines{"step 3/3", "done", "windows"}));
@@ -112,7 +113,7 @@ TEST(WorkerOutput, ATerminalsBarIsALiveLineThatOtherLinesPass) {
   const std::string clear = "\r\033[K";
   EXPECT_EQ(drain(screen), clear + "[0]:step 1/2" + clear + "[0]:step 2/2" +  // redrawn in place
                                clear + "[1]:hello\n" + "[0]:step 2/2" +       // taken away, a line, drawn again
-                               clear + "[0]:step 2/2\n" +                      // finished
+                               clear + "[0]:step 2/2\n" +                     // finished
                                clear + "[0]:epoch 2" + clear + "[0]:epoch 2\n");
   EXPECT_EQ(test::read_file(dir.file("rank_0.log")), "step 2/2\nepoch 2\n") << "the log gets each line's last state";
 }

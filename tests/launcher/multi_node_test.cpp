@@ -9,8 +9,11 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 std::vector<std::string> static_node(int node_rank, int port, std::vector<std::string> extra = {}) {
-  std::vector<std::string> flags = {"--nnodes=2", "--node_rank=" + std::to_string(node_rank), "--nproc_per_node=2",
-                                    "--master_addr=127.0.0.1", "--master_port=" + std::to_string(port),
+  std::vector<std::string> flags = {"--nnodes=2",
+                                    "--node_rank=" + std::to_string(node_rank),
+                                    "--nproc_per_node=2",
+                                    "--master_addr=127.0.0.1",
+                                    "--master_port=" + std::to_string(port),
                                     "--rdzv_conf=join_timeout=20"};
   flags.insert(flags.end(), extra.begin(), extra.end());
   return flags;
@@ -46,15 +49,16 @@ TEST(MultiNode, TwoStaticAgentsFormOneJob) {
 
 TEST(MultiNode, C10dAgentsTakeNodeRanksInArrivalOrder) {
   const std::string endpoint = "--rdzv_endpoint=127.0.0.1:" + std::to_string(free_port());
-  const std::vector<std::string> flags = {"--nnodes=2", "--rdzv_backend=c10d", endpoint, "--rdzv_id=arrivals",
-                                          "--nproc_per_node=1", "--rdzv_conf=join_timeout=20"};
+  const std::vector<std::string> flags = {"--nnodes=2",         "--rdzv_backend=c10d", endpoint,
+                                          "--rdzv_id=arrivals", "--nproc_per_node=1",  "--rdzv_conf=join_timeout=20"};
   Launch first(ddprun_worker(flags, {"--print-env", "--allreduce"}));
   ASSERT_TRUE(first.wait_for("waiting for 2 nodes")) << first.all();
   Launch second(ddprun_worker(flags, {"--print-env", "--allreduce"}));
   ASSERT_TRUE(Launch::wait_all({&first, &second}, 60s));
   ASSERT_EQ(first.exit_code(), 0) << first.all();
   ASSERT_EQ(second.exit_code(), 0) << second.all();
-  expect_contains(first.out(), {"[0]:sum=3 world=2 rank=0", "[0]:ENV GROUP_RANK=0", "[0]:ENV TORCHELASTIC_RUN_ID=arrivals"},
+  expect_contains(first.out(),
+                  {"[0]:sum=3 world=2 rank=0", "[0]:ENV GROUP_RANK=0", "[0]:ENV TORCHELASTIC_RUN_ID=arrivals"},
                   first.all());
   expect_contains(second.out(), {"[1]:sum=3 world=2 rank=1", "[1]:ENV GROUP_RANK=1", "[1]:ENV MASTER_ADDR=127.0.0.1"},
                   second.all());
@@ -62,16 +66,16 @@ TEST(MultiNode, C10dAgentsTakeNodeRanksInArrivalOrder) {
 
 TEST(MultiNode, AFailureOnOneNodeStopsEveryNode) {
   const int port = free_port();
-  Launch node0(ddprun_worker(static_node(0, port), {"--fail-rank", "3", "--fail-code", "5", "--fail-delay-ms", "500",
-                                                    "--then", "sleep"}));
-  Launch node1(ddprun_worker(static_node(1, port), {"--fail-rank", "3", "--fail-code", "5", "--fail-delay-ms", "500",
-                                                    "--then", "sleep"}));
+  Launch node0(ddprun_worker(static_node(0, port),
+                             {"--fail-rank", "3", "--fail-code", "5", "--fail-delay-ms", "500", "--then", "sleep"}));
+  Launch node1(ddprun_worker(static_node(1, port),
+                             {"--fail-rank", "3", "--fail-code", "5", "--fail-delay-ms", "500", "--then", "sleep"}));
   ASSERT_TRUE(Launch::wait_all({&node0, &node1}, 60s));
   EXPECT_EQ(node0.exit_code(), 1) << node0.all();
   EXPECT_EQ(node1.exit_code(), 1) << node1.all();
   for (Launch* node : {&node0, &node1}) {
-    expect_contains(node->err(), {"rank       : 3 (local rank 1 on node 1)", "exit       : exit code 5",
-                                  "[3]: rank 3 failing"},
+    expect_contains(node->err(),
+                    {"rank       : 3 (local rank 1 on node 1)", "exit       : exit code 5", "[3]: rank 3 failing"},
                     node->all());
   }
   expect_contains(node0.out(), {"[0]:rank 0 got SIGTERM", "[1]:rank 1 got SIGTERM"}, node0.all());
@@ -97,10 +101,10 @@ TEST(MultiNode, TheRootCauseIsTheRankAnotherNodeWaitedFor) {
   const int port = free_port();
   TempDir dir;
   auto node = [&](int rank) {
-    return ddprun_worker({"--nnodes=2", "--node_rank=" + std::to_string(rank), "--nproc_per_node=1",
-                          "--master_addr=127.0.0.1", "--master_port=" + std::to_string(port),
-                          "--rdzv_conf=join_timeout=20"},
-                         training_worker(dir));
+    return ddprun_worker(
+        {"--nnodes=2", "--node_rank=" + std::to_string(rank), "--nproc_per_node=1", "--master_addr=127.0.0.1",
+         "--master_port=" + std::to_string(port), "--rdzv_conf=join_timeout=20"},
+        training_worker(dir));
   };
   Launch node0(node(0));
   Launch node1(node(1));
@@ -112,16 +116,20 @@ TEST(MultiNode, TheRootCauseIsTheRankAnotherNodeWaitedFor) {
   const std::string pid1 = std::to_string(workers[1]);
   for (Launch* n : {&node0, &node1}) {
     EXPECT_EQ(n->exit_code(), 1) << n->all();
-    expect_contains(n->err(),
-                    {"Root cause: rank 1, which the first failure waited for\n  rank       : 1 (local rank 0 on node 1)",
-                     "  pid        : see the summary of node 1",
-                     "  evidence   : rank 0's error says it waited for rank 1: ",
-                     "First failure (a consequence of the root cause):\n  rank       : 0 (local rank 0 on node 0)"},
-                    n->all());
+    expect_contains(
+        n->err(),
+        {"Root cause: rank 1, which the first failure waited for\n  rank       : 1 (local rank 0 on node 1)",
+         "  pid        : see the summary of node 1", "  evidence   : rank 0's error says it waited for rank 1: ",
+         "First failure (a consequence of the root cause):\n  rank       : 0 (local rank 0 on node 0)"},
+        n->all());
   }
-  expect_contains(node1.err(), {"rank 1 (local rank 0, pid " + pid1 + "): stopped by ddprun (signal SIGTERM (15)); it "
-                                "had been suspended (state T in /proc/" + pid1 + "/stat) when the attempt ended  <- "
-                                "root cause"},
+  expect_contains(node1.err(),
+                  {"rank 1 (local rank 0, pid " + pid1 +
+                   "): stopped by ddprun (signal SIGTERM (15)); it "
+                   "had been suspended (state T in /proc/" +
+                   pid1 +
+                   "/stat) when the attempt ended  <- "
+                   "root cause"},
                   node1.all());
   EXPECT_TRUE(all_gone(workers));
 }
@@ -153,16 +161,19 @@ TEST(MultiNode, SigintOnOneNodeStopsEveryNode) {
   Launch node0(ddprun_worker(static_node(0, port, {"--max_restarts=2"}), {"--then", "sleep"}));
   Launch node1(ddprun_worker(static_node(1, port, {"--max_restarts=2"}), {"--then", "sleep"}));
   // Every worker must be in its sleep (its handlers installed) before the signal.
-  for (const char* line : {"[0]:rank 0 sleeping", "[1]:rank 1 sleeping"}) ASSERT_TRUE(node0.wait_for(line)) << node0.all();
-  for (const char* line : {"[2]:rank 2 sleeping", "[3]:rank 3 sleeping"}) ASSERT_TRUE(node1.wait_for(line)) << node1.all();
+  for (const char* line : {"[0]:rank 0 sleeping", "[1]:rank 1 sleeping"})
+    ASSERT_TRUE(node0.wait_for(line)) << node0.all();
+  for (const char* line : {"[2]:rank 2 sleeping", "[3]:rank 3 sleeping"})
+    ASSERT_TRUE(node1.wait_for(line)) << node1.all();
   node1.signal(SIGINT);
   ASSERT_TRUE(Launch::wait_all({&node0, &node1}, 30s));
   EXPECT_EQ(node1.exit_code(), 128 + SIGINT) << node1.all();
   EXPECT_EQ(node0.exit_code(), 128 + SIGINT) << node0.all();
   // A requested stop on every node, not a failure.
   for (Launch* node : {&node0, &node1}) {
-    expect_contains(node->err(), {"the job was stopped by SIGINT (a request, not a failure): ddprun on node 1",
-                                  "received SIGINT and stopped the job"},
+    expect_contains(node->err(),
+                    {"the job was stopped by SIGINT (a request, not a failure): ddprun on node 1",
+                     "received SIGINT and stopped the job"},
                     node->all());
     EXPECT_EQ(node->err().find("failed"), std::string::npos) << node->all();
   }
@@ -172,7 +183,8 @@ TEST(MultiNode, SigintOnOneNodeStopsEveryNode) {
 
 TEST(MultiNode, ANodeRankClaimedTwiceIsRefused) {
   const int port = free_port();
-  const std::vector<std::string> flags = {"--nnodes=3", "--master_port=" + std::to_string(port), "--rdzv_conf=join_timeout=3"};
+  const std::vector<std::string> flags = {"--nnodes=3", "--master_port=" + std::to_string(port),
+                                          "--rdzv_conf=join_timeout=3"};
   auto with = [&](const std::string& rank) {
     auto f = flags;
     f.push_back("--node_rank=" + rank);
@@ -223,8 +235,9 @@ TEST(MultiNode, SlurmGivesNodesRanksAndTheMaster) {
   ASSERT_EQ(node1.exit_code(), 0) << node1.all();
   expect_contains(node1.out(), {"[1]:sum=3 world=2 rank=1", "[1]:ENV GROUP_RANK=1", "[1]:ENV MASTER_ADDR=127.0.0.1"},
                   node1.all());
-  expect_contains(node1.err(), {"--nnodes=2 from SLURM_NNODES", "--node_rank=1 from SLURM_NODEID",
-                                "--master_addr=127.0.0.1 from SLURM_JOB_NODELIST"},
+  expect_contains(node1.err(),
+                  {"--nnodes=2 from SLURM_NNODES", "--node_rank=1 from SLURM_NODEID",
+                   "--master_addr=127.0.0.1 from SLURM_JOB_NODELIST"},
                   node1.all());
 }
 

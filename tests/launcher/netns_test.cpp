@@ -14,8 +14,9 @@ void expect_one_job(Launch& a, Launch& b) {
   ASSERT_EQ(a.exit_code(), 0) << a.all();
   ASSERT_EQ(b.exit_code(), 0) << b.all();
   expect_contains(a.out(), {"[0]:sum=10 world=4 rank=0", "[1]:sum=10 world=4 rank=1"}, a.all());
-  expect_contains(b.out(), {"[2]:sum=10 world=4 rank=2", "[3]:sum=10 world=4 rank=3", "[2]:ENV MASTER_ADDR=10.200.0.1",
-                            "[3]:ENV GROUP_RANK=1"},
+  expect_contains(b.out(),
+                  {"[2]:sum=10 world=4 rank=2", "[3]:sum=10 world=4 rank=3", "[2]:ENV MASTER_ADDR=10.200.0.1",
+                   "[3]:ENV GROUP_RANK=1"},
                   b.all());
 }
 
@@ -56,21 +57,21 @@ TEST(NetworkNamespaces, TheySkipWithTheReasonWhereTheyCannotBeEntered) {
   const std::string self = exe;
   const std::string top = self.substr(0, self.find('/', 1));  // "/work" of /work/.../ddprun_tests
   TempDir root;
-  const std::string script =
-      "set -e; R=" + root.path() + "; for d in /usr /etc /run /dev /proc /sys /tmp " + top +
-      "; do mkdir -p $R$d; mount --rbind $d $R$d; done; "
-      "for l in bin lib lib64 sbin; do if [ -L /$l ]; then ln -s $(readlink /$l) $R/$l; "
-      "elif [ -d /$l ]; then mkdir -p $R/$l; mount --rbind /$l $R/$l; fi; done; "
-      "echo chroot ready; exec chroot $R env DDP_TEST_IN_CHROOT=1 " + self +
-      " --gtest_filter=NetworkNamespaces.TwoStaticNodesWithTheirOwnAddresses";
+  const std::string script = "set -e; R=" + root.path() + "; for d in /usr /etc /run /dev /proc /sys /tmp " + top +
+                             "; do mkdir -p $R$d; mount --rbind $d $R$d; done; "
+                             "for l in bin lib lib64 sbin; do if [ -L /$l ]; then ln -s $(readlink /$l) $R/$l; "
+                             "elif [ -d /$l ]; then mkdir -p $R/$l; mount --rbind /$l $R/$l; fi; done; "
+                             "echo chroot ready; exec chroot $R env DDP_TEST_IN_CHROOT=1 " +
+                             self + " --gtest_filter=NetworkNamespaces.TwoStaticNodesWithTheirOwnAddresses";
   Launch run({"unshare", "--mount", "--propagation", "private", "sh", "-c", script});
   ASSERT_TRUE(run.wait(60s));
   if (run.out().find("chroot ready") == std::string::npos) {
     GTEST_SKIP() << "cannot make a chroot here (it needs root and unshare): " << run.all();
   }
   EXPECT_EQ(run.exit_code(), 0) << "the test failed instead of skipping:\n" << run.all();
-  expect_contains(run.out(), {"[  SKIPPED ] NetworkNamespaces.TwoStaticNodesWithTheirOwnAddresses",
-                              "cannot enter a network namespace (ip netns exec: ", "mount --make-rslave"},
+  expect_contains(run.out(),
+                  {"[  SKIPPED ] NetworkNamespaces.TwoStaticNodesWithTheirOwnAddresses",
+                   "cannot enter a network namespace (ip netns exec: ", "mount --make-rslave"},
                   run.all());
 }
 

@@ -46,12 +46,27 @@ TEST(Options, BothSpellingsAndBothValueForms) {
 }
 
 TEST(Options, EveryTorchrunFlagIsAccepted) {
-  const Options o = parse_command_line(
-      {"--nproc_per_node=gpu", "--nnodes=1:4", "--node_rank=0", "--master_addr=10.0.0.1", "--master_port=29501",
-       "--rdzv_backend=c10d", "--rdzv_endpoint=host:1234", "--rdzv_id=job7", "--rdzv_conf=join_timeout=5",
-       "--standalone", "--max_restarts=3", "--monitor_interval=0.5", "--log_dir=/tmp/x", "--redirects=0:3,1:1",
-       "--tee=2", "--local_ranks_filter=0,2", "--no_python", "--role=trainer", "--start_method=spawn", "--module",
-       "prog"});
+  const Options o = parse_command_line({"--nproc_per_node=gpu",
+                                        "--nnodes=1:4",
+                                        "--node_rank=0",
+                                        "--master_addr=10.0.0.1",
+                                        "--master_port=29501",
+                                        "--rdzv_backend=c10d",
+                                        "--rdzv_endpoint=host:1234",
+                                        "--rdzv_id=job7",
+                                        "--rdzv_conf=join_timeout=5",
+                                        "--standalone",
+                                        "--max_restarts=3",
+                                        "--monitor_interval=0.5",
+                                        "--log_dir=/tmp/x",
+                                        "--redirects=0:3,1:1",
+                                        "--tee=2",
+                                        "--local_ranks_filter=0,2",
+                                        "--no_python",
+                                        "--role=trainer",
+                                        "--start_method=spawn",
+                                        "--module",
+                                        "prog"});
   EXPECT_EQ(o.nproc.kind, NprocSpec::Kind::Gpu);
   EXPECT_EQ(o.min_nodes, 1);
   EXPECT_EQ(o.max_nodes, 4);
@@ -113,13 +128,35 @@ TEST(Options, HelpAndVersion) {
 
 TEST(Options, HelpExplainsEveryFlag) {
   const std::string help = help_text();
-  for (const char* flag : {"--nproc_per_node", "--nnodes", "--node_rank", "--master_addr", "--master_port",
-                           "--rdzv_backend", "--rdzv_endpoint", "--rdzv_id", "--rdzv_conf", "--standalone",
-                           "--max_restarts", "--monitor_interval", "--grace_period", "--stopped_timeout", "--log_dir",
+  for (const char* flag : {"--nproc_per_node",
+                           "--nnodes",
+                           "--node_rank",
+                           "--master_addr",
+                           "--master_port",
+                           "--rdzv_backend",
+                           "--rdzv_endpoint",
+                           "--rdzv_id",
+                           "--rdzv_conf",
+                           "--standalone",
+                           "--max_restarts",
+                           "--monitor_interval",
+                           "--grace_period",
+                           "--stopped_timeout",
+                           "--log_dir",
                            "--redirects",
-                           "--tee", "--local_ranks_filter", "--no_python", "--module", "--role", "--start_method",
-                           "--mixed_precision", "--gradient_accumulation_steps", "--cpu",
-                           "--help", "--version", "SLURM_NNODES", "Exit status"}) {
+                           "--tee",
+                           "--local_ranks_filter",
+                           "--no_python",
+                           "--module",
+                           "--role",
+                           "--start_method",
+                           "--mixed_precision",
+                           "--gradient_accumulation_steps",
+                           "--cpu",
+                           "--help",
+                           "--version",
+                           "SLURM_NNODES",
+                           "Exit status"}) {
     EXPECT_NE(help.find(flag), std::string::npos) << flag;
   }
   EXPECT_NE(version_text().find("ddprun "), std::string::npos);

@@ -20,8 +20,9 @@ bool has_hosts_file() {
 
 std::vector<std::string> without_hosts_file(const std::vector<std::string>& argv) {
   if (!has_hosts_file()) return argv;
-  std::vector<std::string> wrapped = {"unshare", "--mount", "--propagation", "private", "sh", "-c",
-                                      "mount --bind /dev/null /etc/hosts && exec \"$@\"", "sh"};
+  std::vector<std::string> wrapped = {
+      "unshare", "--mount", "--propagation", "private", "sh", "-c", "mount --bind /dev/null /etc/hosts && exec \"$@\"",
+      "sh"};
   wrapped.insert(wrapped.end(), argv.begin(), argv.end());
   return wrapped;
 }
@@ -37,7 +38,7 @@ std::string cannot_hide_hosts() {
   return "cannot hide /etc/hosts in a mount namespace (" + out + "); this test needs root and unshare";
 }
 
-#define REQUIRE_NO_RESOLVER()                                        \
+#define REQUIRE_NO_RESOLVER() \
   if (auto why = cannot_hide_hosts(); !why.empty()) GTEST_SKIP() << why
 
 TEST(Resolver, StandaloneNeedsNoResolver) {
@@ -51,13 +52,15 @@ TEST(Resolver, StandaloneNeedsNoResolver) {
 TEST(Resolver, AStoreHostThatDoesNotResolveIsAnErrorAtOnce) {
   REQUIRE_NO_RESOLVER();
   const auto start = std::chrono::steady_clock::now();
-  Launch run(without_hosts_file(ddprun_worker({"--nproc_per_node=2", port_flag(), "--master_addr=localhost"},
-                                              {"--allreduce"})));
+  Launch run(without_hosts_file(
+      ddprun_worker({"--nproc_per_node=2", port_flag(), "--master_addr=localhost"}, {"--allreduce"})));
   ASSERT_TRUE(run.wait(60s));
   EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);
   EXPECT_EQ(run.exit_code(), 2) << run.all();
-  expect_contains(run.err(), {"--master_addr names the store's host \"localhost\", which does not resolve on this "
-                              "machine", "nothing was started"},
+  expect_contains(run.err(),
+                  {"--master_addr names the store's host \"localhost\", which does not resolve on this "
+                   "machine",
+                   "nothing was started"},
                   run.all());
   EXPECT_EQ(run.out().find("["), std::string::npos) << "a worker ran:\n" << run.all();
 }

@@ -18,7 +18,8 @@ namespace {
 
 using namespace std::chrono_literals;
 
-RoundDecision decide(int joined, int pending, std::chrono::milliseconds since_arrival, std::chrono::milliseconds elapsed) {
+RoundDecision decide(int joined, int pending, std::chrono::milliseconds since_arrival,
+                     std::chrono::milliseconds elapsed) {
   // --nnodes=2:4, last_call_timeout 30 s, join_timeout 600 s.
   return decide_round(joined, pending, 2, 4, since_arrival, elapsed, 30s, 600s);
 }

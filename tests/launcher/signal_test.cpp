@@ -23,10 +23,12 @@ void expect_signal_reaches_every_worker(int sig, const std::string& name) {
   ASSERT_TRUE(run.wait(30s));
   EXPECT_EQ(run.exit_code(), 128 + sig) << run.all();
   for (int rank = 0; rank < 3; ++rank) {
-    expect_contains(run.out(), {"[" + std::to_string(rank) + "]:rank " + std::to_string(rank) + " got " + name}, run.all());
+    expect_contains(run.out(), {"[" + std::to_string(rank) + "]:rank " + std::to_string(rank) + " got " + name},
+                    run.all());
   }
-  expect_contains(run.err(), {"ddprun: the job was stopped by " + name + " (a request, not a failure): ddprun on node 0",
-                              "received " + name + " and stopped the job", "): stopped by ddprun (exit code 0)"},
+  expect_contains(run.err(),
+                  {"ddprun: the job was stopped by " + name + " (a request, not a failure): ddprun on node 0",
+                   "received " + name + " and stopped the job", "): stopped by ddprun (exit code 0)"},
                   run.all());
   EXPECT_EQ(run.err().find("failed"), std::string::npos) << run.all();
   EXPECT_EQ(run.err().find("checkpoint"), std::string::npos) << "no worker recorded a checkpoint:\n" << run.all();
@@ -67,12 +69,13 @@ void expect_one_graceful_stop(int sig, Delivery delivery) {
   EXPECT_LT(Clock::now() - start, 10s) << "the stop took as long as the grace period";
   EXPECT_EQ(run.exit_code(), 128 + sig) << run.all();
   expect_contains(run.out(), {"[0]:rank 0 checkpointed", "[1]:rank 1 checkpointed"}, run.all());
-  expect_contains(run.err(),
-                  {"ddprun: the job was stopped by " + name + " (a request, not a failure)",
-                   "rank 0 (local rank 0, pid", "rank 1 (local rank 1, pid", "): stopped by ddprun (exit code 0)",
-                   "Last checkpoint: step 42, /checkpoints/step-42.ckpt (recorded by rank 0)",
-                   "To resume from it, run the same command again:\n  " + kDdprun + " --nproc_per_node=2 --master_port="},
-                  run.all());
+  expect_contains(
+      run.err(),
+      {"ddprun: the job was stopped by " + name + " (a request, not a failure)", "rank 0 (local rank 0, pid",
+       "rank 1 (local rank 1, pid", "): stopped by ddprun (exit code 0)",
+       "Last checkpoint: step 42, /checkpoints/step-42.ckpt (recorded by rank 0)",
+       "To resume from it, run the same command again:\n  " + kDdprun + " --nproc_per_node=2 --master_port="},
+      run.all());
   EXPECT_EQ(run.err().find("SIGKILL"), std::string::npos) << run.all();
   EXPECT_EQ(run.err().find("failed"), std::string::npos) << run.all();
   EXPECT_TRUE(all_gone(pids_in(dir, "worker", 2)));
@@ -110,8 +113,8 @@ TEST(Signals, ASecondSigintKillsAtOnce) {
   ASSERT_TRUE(run.wait(30s));
   EXPECT_LT(Clock::now() - start, 10s) << "the second SIGINT did not cut the 60 s grace period short";
   EXPECT_EQ(run.exit_code(), 128 + SIGINT) << run.all();
-  expect_contains(run.err(), {"stopped by ddprun (signal SIGKILL (9))",
-                              "Not every worker ended within --grace_period=60.0 s"},
+  expect_contains(run.err(),
+                  {"stopped by ddprun (signal SIGKILL (9))", "Not every worker ended within --grace_period=60.0 s"},
                   run.all());
   EXPECT_TRUE(all_gone(pids_in(dir, "worker", 2)));
 }

@@ -75,8 +75,9 @@ TEST(SingleNode, WorkersAllReduceThroughTheLaunchersStore) {
   ASSERT_TRUE(run.wait());
   ASSERT_EQ(run.exit_code(), 0) << run.all();
   for (int rank = 0; rank < 3; ++rank) {
-    expect_contains(run.out(), {"[" + std::to_string(rank) + "]:sum=6 world=3 rank=" + std::to_string(rank) +
-                                " local_rank=" + std::to_string(rank) + " attempt=0"},
+    expect_contains(run.out(),
+                    {"[" + std::to_string(rank) + "]:sum=6 world=3 rank=" + std::to_string(rank) +
+                     " local_rank=" + std::to_string(rank) + " attempt=0"},
                     run.all());
   }
 }
@@ -100,7 +101,8 @@ TEST(SingleNode, StandalonePicksAFreePortAndARunId) {
   const auto env_b = printed_env(b.out()).at(0);
   EXPECT_NE(env_a.at("MASTER_PORT"), env_b.at("MASTER_PORT"));
   EXPECT_EQ(env_a.at("MASTER_ADDR"), "127.0.0.1");  // needs no resolver (Resolver.StandaloneNeedsNoResolver)
-  EXPECT_TRUE(std::regex_match(env_a.at("TORCHELASTIC_RUN_ID"), std::regex("[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")))
+  EXPECT_TRUE(std::regex_match(env_a.at("TORCHELASTIC_RUN_ID"),
+                               std::regex("[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")))
       << env_a.at("TORCHELASTIC_RUN_ID");
   EXPECT_NE(env_a.at("TORCHELASTIC_RUN_ID"), env_b.at("TORCHELASTIC_RUN_ID"));
   expect_contains(a.out(), {"sum=3 world=2"});
@@ -115,8 +117,8 @@ TEST(SingleNode, LinesFromDifferentWorkersNeverMix) {
   for (const auto& line : lines_starting(run.out(), "[")) {
     const int rank = line[1] - '0';
     ASSERT_EQ(line.substr(0, 4), "[" + std::to_string(rank) + "]:") << line.substr(0, 80);
-    EXPECT_EQ(line.substr(4), std::string(2000, static_cast<char>('a' + rank))) << "a mixed or broken line: "
-                                                                               << line.substr(0, 120);
+    EXPECT_EQ(line.substr(4), std::string(2000, static_cast<char>('a' + rank)))
+        << "a mixed or broken line: " << line.substr(0, 120);
     ++whole;
   }
   EXPECT_EQ(whole, 18);
@@ -141,7 +143,8 @@ TEST(SingleNode, LogFilesPerRank) {
   for (int rank = 0; rank < 2; ++rank) {
     const std::string base = dir.file("logs/job_1/attempt_0/rank_" + std::to_string(rank));
     const std::string log = read_file(base + ".log");
-    expect_contains(log, {"ENV RANK=" + std::to_string(rank) + "\n", "ENV TORCHELASTIC_ERROR_FILE=" + base + ".error.json"});
+    expect_contains(log,
+                    {"ENV RANK=" + std::to_string(rank) + "\n", "ENV TORCHELASTIC_ERROR_FILE=" + base + ".error.json"});
     EXPECT_EQ(log.find("[" + std::to_string(rank) + "]:"), std::string::npos) << "log lines carry no prefix";
   }
   // The console still shows everything (no --redirects).

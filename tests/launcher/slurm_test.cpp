@@ -23,13 +23,13 @@ TEST(SlurmNodelist, RangesKeepZeroPadding) {
 TEST(SlurmNodelist, MixedAndSeveralBrackets) {
   EXPECT_EQ(expand_nodelist("gpu[1-2],cpu5,io[3,5]"), (Hosts{"gpu1", "gpu2", "cpu5", "io3", "io5"}));
   EXPECT_EQ(expand_nodelist("r[1-2]n[1-2]"), (Hosts{"r1n1", "r1n2", "r2n1", "r2n2"}));
-  EXPECT_EQ(expand_nodelist("rack[1-2]-node[01-02].x"), (Hosts{"rack1-node01.x", "rack1-node02.x", "rack2-node01.x",
-                                                              "rack2-node02.x"}));
+  EXPECT_EQ(expand_nodelist("rack[1-2]-node[01-02].x"),
+            (Hosts{"rack1-node01.x", "rack1-node02.x", "rack2-node01.x", "rack2-node02.x"}));
 }
 
 TEST(SlurmNodelist, Malformed) {
-  for (const char* bad : {"", "node[1-2", "node1-2]", "node[a-b]", "node[3-1]", "node[]", "a,,b", "[1-2]",
-                          "n[[1]]", "n[0-2000000]"}) {
+  for (const char* bad :
+       {"", "node[1-2", "node1-2]", "node[a-b]", "node[3-1]", "node[]", "a,,b", "[1-2]", "n[[1]]", "n[0-2000000]"}) {
     try {
       expand_nodelist(bad);
       ADD_FAILURE() << "no error for " << bad;

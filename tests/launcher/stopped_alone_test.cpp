@@ -69,14 +69,14 @@ TEST(StoppedWorker, IsNamedAtOnceAndEndedAsAFailureAfterTheBound) {
   EXPECT_EQ(run.exit_code(), 1) << run.all();
   expect_contains(run.err(),
                   {", and every other worker of the job has exited: no collective is left to time out on it and "
-                   "nothing will continue it. Continue it to let it finish (kill -CONT " + p +
-                       "); otherwise ddprun ends it as a failure in 2.0 s (--stopped_timeout).",
+                   "nothing will continue it. Continue it to let it finish (kill -CONT " +
+                       p + "); otherwise ddprun ends it as a failure in 2.0 s (--stopped_timeout).",
                    "ddprun: the job failed on attempt 1 of 1",
                    "Root cause: rank 1 stayed " + state + " for 2.0 s after every other worker of the job had exited",
                    "so ddprun ended it (SIGCONT and SIGTERM, then SIGKILL after --grace_period) as a failure "
                    "(--stopped_timeout=2.0 s)",
-                   "  rank       : 1 (local rank 1 on node 0)\n", "  pid        : " + p + "\n",
-                   "[1]: rank 1 sleeping", "rank 0 (local rank 0, pid ", "): exited 0",
+                   "  rank       : 1 (local rank 1 on node 0)\n", "  pid        : " + p + "\n", "[1]: rank 1 sleeping",
+                   "rank 0 (local rank 0, pid ", "): exited 0",
                    "rank 1 (local rank 1, pid " + p + "): stopped by ddprun (exit code 0); it had been " + state +
                        " when the attempt ended  <- root cause"},
                   run.all());
@@ -108,10 +108,10 @@ TEST(StoppedWorker, OnTwoNodesTheNodeHoldingItEndsItOnceTheOtherNodeIsDone) {
   auto node = [&](int rank) {
     auto worker = kRank0ExitsRank1Sleeps;
     worker.insert(worker.begin(), {"--pid-dir", dir.path()});
-    return ddprun_worker({"--nnodes=2", "--node_rank=" + std::to_string(rank), "--nproc_per_node=1",
-                          "--master_port=" + std::to_string(port), "--rdzv_conf=join_timeout=20",
-                          "--stopped_timeout=1"},
-                         worker);
+    return ddprun_worker(
+        {"--nnodes=2", "--node_rank=" + std::to_string(rank), "--nproc_per_node=1",
+         "--master_port=" + std::to_string(port), "--rdzv_conf=join_timeout=20", "--stopped_timeout=1"},
+        worker);
   };
   Launch node0(node(0));
   Launch node1(node(1));
@@ -124,8 +124,9 @@ TEST(StoppedWorker, OnTwoNodesTheNodeHoldingItEndsItOnceTheOtherNodeIsDone) {
   const std::string p = std::to_string(pids[1]);
   for (Launch* n : {&node0, &node1}) {
     EXPECT_EQ(n->exit_code(), 1) << n->all();
-    expect_contains(n->err(), {"Root cause: rank 1 stayed suspended (state T in /proc/" + p + "/stat) for 1.0 s",
-                               "  rank       : 1 (local rank 0 on node 1)\n"},
+    expect_contains(n->err(),
+                    {"Root cause: rank 1 stayed suspended (state T in /proc/" + p + "/stat) for 1.0 s",
+                     "  rank       : 1 (local rank 0 on node 1)\n"},
                     n->all());
   }
   expect_contains(node1.err(), {"ddprun: rank 1 (pid " + p + ") is suspended", "<- root cause"}, node1.all());

@@ -71,7 +71,11 @@ TEST(AttemptEnd, TheBlameTravelsWithTheFailure) {
   AttemptEnd end;
   end.kind = AttemptEnd::Kind::WorkerFailed;
   end.worker = failed_worker();
-  end.blame = Blame{.rank = 3, .local_rank = 1, .node_rank = 1, .host = "node02", .pid = 0,
+  end.blame = Blame{.rank = 3,
+                    .local_rank = 1,
+                    .node_rank = 1,
+                    .host = "node02",
+                    .pid = 0,
                     .evidence = "rank 5's error says it waited for rank 3: \"...\"\nsecond line"};
   const AttemptEnd back = decode_attempt_end(encode(end));
   ASSERT_TRUE(back.blame);
@@ -111,7 +115,8 @@ TEST(AttemptEnd, AStoppedWorkerTravelsWithItsState) {
                         "(state T in /proc/4242/stat) when the attempt ended  <- root cause"}) {
     EXPECT_NE(text.find(f), std::string::npos) << "missing '" << f << "' in:\n" << text;
   }
-  EXPECT_EQ(text.find("  exit       :"), std::string::npos) << "it had not exited when the record was written\n" << text;
+  EXPECT_EQ(text.find("  exit       :"), std::string::npos) << "it had not exited when the record was written\n"
+                                                            << text;
 }
 
 TEST(AttemptEnd, RejectsForeignText) {
@@ -125,8 +130,13 @@ TEST(Summary, NamesTheRootCauseAndEveryLocalWorker) {
   root.kind = AttemptEnd::Kind::WorkerFailed;
   root.worker = failed_worker();
   const WorkerExit stopped = stopped_worker(4, 0, 4241, SIGTERM);
-  SummaryInput in{.root = root, .local = {stopped, root.worker}, .node_rank = 1, .host = "node02", .attempt = 0,
-                  .max_restarts = 2, .restarting = true};
+  SummaryInput in{.root = root,
+                  .local = {stopped, root.worker},
+                  .node_rank = 1,
+                  .host = "node02",
+                  .attempt = 0,
+                  .max_restarts = 2,
+                  .restarting = true};
   const std::string text = format_summary(in);
   for (const char* f : {"failed on attempt 1 of 3", "restarting every worker (attempt 2)", "Root cause",
                         "rank       : 5 (local rank 1 on node 1)", "host       : node02", "pid        : 4242",
@@ -177,17 +187,23 @@ TEST(Summary, ARootCauseOtherThanTheFirstFailureSaysHowDdprunKnows) {
   AttemptEnd root;
   root.kind = AttemptEnd::Kind::WorkerFailed;
   root.worker = failed_worker();  // rank 5, pid 4242
-  root.blame = Blame{.rank = 4, .local_rank = 0, .node_rank = 1, .host = "node02", .pid = 4241,
+  root.blame = Blame{.rank = 4,
+                     .local_rank = 0,
+                     .node_rank = 1,
+                     .host = "node02",
+                     .pid = 4241,
                      .evidence = "ddprun found rank 4 suspended (state T in /proc/4241/stat) when rank 5 failed"};
   WorkerExit stopped = stopped_worker(4, 0, 4241, SIGTERM);
   stopped.suspended = "suspended (state T in /proc/4241/stat)";
-  const std::string text = format_summary({.root = root, .local = {stopped, root.worker}, .node_rank = 1, .host = "node02"});
-  for (const char* f : {"Root cause: rank 4, which the first failure waited for", "  rank       : 4 (local rank 0 on node 1)",
-                        "  pid        : 4241", "  evidence   : ddprun found rank 4 suspended",
-                        "First failure (a consequence of the root cause):", "  rank       : 5 (local rank 1 on node 1)",
-                        "rank 4 (local rank 0, pid 4241): stopped by ddprun (signal SIGTERM (15)); it had been suspended "
-                        "(state T in /proc/4241/stat) when the attempt ended  <- root cause",
-                        "rank 5 (local rank 1, pid 4242): failed: signal SIGSEGV (11)", "<- first failure"}) {
+  const std::string text =
+      format_summary({.root = root, .local = {stopped, root.worker}, .node_rank = 1, .host = "node02"});
+  for (const char* f :
+       {"Root cause: rank 4, which the first failure waited for", "  rank       : 4 (local rank 0 on node 1)",
+        "  pid        : 4241", "  evidence   : ddprun found rank 4 suspended",
+        "First failure (a consequence of the root cause):", "  rank       : 5 (local rank 1 on node 1)",
+        "rank 4 (local rank 0, pid 4241): stopped by ddprun (signal SIGTERM (15)); it had been suspended "
+        "(state T in /proc/4241/stat) when the attempt ended  <- root cause",
+        "rank 5 (local rank 1, pid 4242): failed: signal SIGSEGV (11)", "<- first failure"}) {
     EXPECT_NE(text.find(f), std::string::npos) << "missing '" << f << "' in:\n" << text;
   }
   EXPECT_EQ(text.find("Root cause (first failure)"), std::string::npos) << text;
@@ -207,12 +223,13 @@ TEST(StopReport, SaysWhoAskedHowTheWorkersEndedAndWhereToResume) {
                .checkpoint = CheckpointRecord{.step = 120, .path = "/ckpt/checkpoint-000000000120.ckpt", .rank = 0},
                .command = "ddprun --nproc_per_node=2 ./train 'a b'"};
   const std::string text = format_stop_report(in);
-  for (const char* f : {"ddprun: the job was stopped by SIGINT (a request, not a failure): ddprun on node 0 (host h, "
-                        "pid 7) received SIGINT and stopped the job",
-                        "rank 0 (local rank 0, pid 100): stopped by ddprun (exit code 0)",
-                        "rank 1 (local rank 1, pid 101): stopped by ddprun (exit code 0)",
-                        "Last checkpoint: step 120, /ckpt/checkpoint-000000000120.ckpt (recorded by rank 0)",
-                        "To resume from it, run the same command again:\n  ddprun --nproc_per_node=2 ./train 'a b'\n"}) {
+  for (const char* f :
+       {"ddprun: the job was stopped by SIGINT (a request, not a failure): ddprun on node 0 (host h, "
+        "pid 7) received SIGINT and stopped the job",
+        "rank 0 (local rank 0, pid 100): stopped by ddprun (exit code 0)",
+        "rank 1 (local rank 1, pid 101): stopped by ddprun (exit code 0)",
+        "Last checkpoint: step 120, /ckpt/checkpoint-000000000120.ckpt (recorded by rank 0)",
+        "To resume from it, run the same command again:\n  ddprun --nproc_per_node=2 ./train 'a b'\n"}) {
     EXPECT_NE(text.find(f), std::string::npos) << "missing '" << f << "' in:\n" << text;
   }
   for (const char* absent : {"failed", "Root cause", "SIGKILL", "grace"}) {

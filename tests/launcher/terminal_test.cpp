@@ -11,14 +11,16 @@ const std::string kClearLine = "\r\033[K";
 
 TEST(Terminal, WorkerZeroGetsATerminalWhenDdprunHasOne) {
   TempDir logs;
-  Launch run(ddprun_worker({"--nproc_per_node=2", port_flag(), "--log_dir", logs.path()}, {"--tty-report", "--bar", "5"}),
-             {}, {.stdout_terminal = true});
+  Launch run(
+      ddprun_worker({"--nproc_per_node=2", port_flag(), "--log_dir", logs.path()}, {"--tty-report", "--bar", "5"}), {},
+      {.stdout_terminal = true});
   ASSERT_TRUE(run.wait());
   ASSERT_EQ(run.exit_code(), 0) << run.all();
   const std::string& out = run.out();
-  expect_contains(out, {"[0]:stdout is a terminal\n", "[1]:stdout is not a terminal\n",
-                        kClearLine + "[0]:step 1/5" + kClearLine,  // the bar, redrawn in place
-                        kClearLine + "[0]:step 5/5\n"},             // and finished as a line
+  expect_contains(out,
+                  {"[0]:stdout is a terminal\n", "[1]:stdout is not a terminal\n",
+                   kClearLine + "[0]:step 1/5" + kClearLine,  // the bar, redrawn in place
+                   kClearLine + "[0]:step 5/5\n"},            // and finished as a line
                   run.all());
   EXPECT_EQ(out.find("[0]:\r"), std::string::npos) << "worker 0's carriage returns reached the terminal raw:\n" << out;
   // What remains on the screen: every line is one worker's.
@@ -38,8 +40,9 @@ TEST(Terminal, WithPipesNoWorkerGetsATerminal) {
   Launch run(ddprun_worker({"--nproc_per_node=2", port_flag()}, {"--tty-report", "--bar", "2"}));
   ASSERT_TRUE(run.wait());
   ASSERT_EQ(run.exit_code(), 0) << run.all();
-  expect_contains(run.out(), {"[0]:stdout is not a terminal\n", "[1]:stdout is not a terminal\n",
-                              "[0]:\rstep 1/2\rstep 2/2\n"},  // passed on as written, as before
+  expect_contains(run.out(),
+                  {"[0]:stdout is not a terminal\n", "[1]:stdout is not a terminal\n",
+                   "[0]:\rstep 1/2\rstep 2/2\n"},  // passed on as written, as before
                   run.all());
   EXPECT_EQ(run.out().find("\033["), std::string::npos) << "terminal codes in a pipe:\n" << run.out();
 }

@@ -187,7 +187,8 @@ int main(int argc, char** argv) {
     options.timeout = std::chrono::seconds(10);
     std::this_thread::sleep_for(std::chrono::milliseconds(check_delay_ms));
     ddp::TCPStore store(options);
-    say("lost " + std::to_string(check_lost) + ": " + (store.check({"__ddp/lost/" + std::to_string(check_lost)}) ? "yes" : "no") +
+    say("lost " + std::to_string(check_lost) + ": " +
+        (store.check({"__ddp/lost/" + std::to_string(check_lost)}) ? "yes" : "no") +
         " attempt=" + std::to_string(attempt));
   }
   for (int line = 0; line < chunks; ++line) {

@@ -8,7 +8,12 @@ namespace ddp::launcher {
 namespace {
 
 TEST(WorkerEnv, TorchrunsVariables) {
-  WorkerPlace place{.rank = 5, .local_rank = 1, .world_size = 8, .local_world_size = 4, .node_rank = 1, .nnodes = 2,
+  WorkerPlace place{.rank = 5,
+                    .local_rank = 1,
+                    .world_size = 8,
+                    .local_world_size = 4,
+                    .node_rank = 1,
+                    .nnodes = 2,
                     .restart_count = 2};
   JobEnv job{.master_addr = "10.0.0.1", .master_port = 29500, .run_id = "job7", .role = "default", .max_restarts = 3};
   const auto env = worker_environment(place, job, map_env({}));

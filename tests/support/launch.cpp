@@ -172,7 +172,8 @@ std::string read_file(const std::string& path) {
 
 void write_file(const std::string& path, const std::string& text, bool executable) {
   std::ofstream(path) << text;
-  if (executable) std::filesystem::permissions(path, std::filesystem::perms::owner_all, std::filesystem::perm_options::add);
+  if (executable)
+    std::filesystem::permissions(path, std::filesystem::perms::owner_all, std::filesystem::perm_options::add);
 }
 
 std::vector<std::string> lines_starting(const std::string& text, const std::string& prefix) {

@@ -144,7 +144,8 @@ std::vector<RankResult> run_ranks(int world, const std::function<void(int, int)>
   static std::map<std::string, int> calls;
   const int call = calls[name]++;
   if (const char* of = std::getenv(kWorkerVar)) {
-    if (name == of && call == std::atoi(std::getenv("DDP_TEST_CALL"))) body(std::atoi(std::getenv("DDP_TEST_RANK")), world);
+    if (name == of && call == std::atoi(std::getenv("DDP_TEST_CALL")))
+      body(std::atoi(std::getenv("DDP_TEST_RANK")), world);
     return {};
   }
   const std::string port = std::to_string(free_port());
@@ -172,8 +173,10 @@ std::vector<RankResult> run_ranks(int world, const std::function<void(int, int)>
   if (!finished) {
     kill_all(children);
     std::string report;
-    for (auto& c : children) report += "---- rank " + std::to_string(c.result.rank) + " ----\n" + tail(c.result.output) + "\n";
-    ADD_FAILURE() << "ranks did not finish within " << options.deadline.count() << " s; killed them. Output:\n" << report;
+    for (auto& c : children)
+      report += "---- rank " + std::to_string(c.result.rank) + " ----\n" + tail(c.result.output) + "\n";
+    ADD_FAILURE() << "ranks did not finish within " << options.deadline.count() << " s; killed them. Output:\n"
+                  << report;
   }
   std::vector<RankResult> results;
   for (auto& c : children) results.push_back(c.result);
@@ -184,16 +187,19 @@ std::vector<RankResult> run_ranks(int world, const std::function<void(int, int)>
     for (const auto& r : results) {
       if (std::find(options.killed.begin(), options.killed.end(), r.rank) != options.killed.end()) {
         EXPECT_EQ(r.signal, SIGKILL) << "rank " << r.rank << " should have been killed (exit " << r.exit_code
-                                     << "). Its output:\n" << tail(r.output);
+                                     << "). Its output:\n"
+                                     << tail(r.output);
       } else {
         EXPECT_TRUE(r.ok()) << "rank " << r.rank << " failed (exit " << r.exit_code << ", signal " << r.signal
-                            << "). Its output:\n" << tail(r.output);
+                            << "). Its output:\n"
+                            << tail(r.output);
       }
     }
   } else if (finished && options.expect_success) {
     for (const auto& r : results) {
       EXPECT_TRUE(r.ok()) << "rank " << r.rank << " failed (exit " << r.exit_code << ", signal " << r.signal
-                          << "). Its output:\n" << tail(r.output);
+                          << "). Its output:\n"
+                          << tail(r.output);
     }
   }
   return results;

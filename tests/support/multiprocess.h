@@ -36,7 +36,7 @@ struct RunOptions {
   // Ranks that must end killed by SIGKILL (a fault test kills them): the test fails unless exactly
   // these die of SIGKILL and every other rank succeeds. Implies expect_success = false.
   std::vector<int> killed;
-  bool set_launch_env = true;              // RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...
+  bool set_launch_env = true;  // RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...
   // Variables for one rank, set last (they override the others).
   std::function<std::map<std::string, std::string>(int rank)> rank_env;
 };

@@ -20,7 +20,8 @@ std::pair<int, std::string> shell(const std::string& command) {
 std::string make_namespace(const std::string& ns, bool& created) {
   auto [rc, out] = shell("ip netns add " + ns);
   created = rc == 0;
-  if (rc != 0) return "cannot create a network namespace (ip netns add: " + out + "); this test needs root and the ip tool";
+  if (rc != 0)
+    return "cannot create a network namespace (ip netns add: " + out + "); this test needs root and the ip tool";
   // Entering one needs a mount namespace in which / can be made a slave mount: refused in a
   // chroot (/ is not a mount point) or an unprivileged container. Then nothing here can run.
   auto [enter_rc, enter_out] = shell("ip netns exec " + ns + " true");
@@ -39,13 +40,13 @@ TwoNodeNetwork::TwoNodeNetwork() {
   veth_b_ = "dvb" + id;
   skip_reason_ = make_namespace(a_, created_a_);
   if (!skip_reason_.empty()) return;
-  for (const std::string& step : {"ip netns add " + b_, "ip link add " + veth_a_ + " type veth peer name " + veth_b_,
-                                  "ip link set " + veth_a_ + " netns " + a_, "ip link set " + veth_b_ + " netns " + b_,
-                                  "ip -n " + a_ + " addr add 10.200.0.1/24 dev " + veth_a_,
-                                  "ip -n " + b_ + " addr add 10.200.0.2/24 dev " + veth_b_,
-                                  "ip -n " + a_ + " link set " + veth_a_ + " up",
-                                  "ip -n " + b_ + " link set " + veth_b_ + " up", "ip -n " + a_ + " link set lo up",
-                                  "ip -n " + b_ + " link set lo up"}) {
+  for (const std::string& step :
+       {"ip netns add " + b_, "ip link add " + veth_a_ + " type veth peer name " + veth_b_,
+        "ip link set " + veth_a_ + " netns " + a_, "ip link set " + veth_b_ + " netns " + b_,
+        "ip -n " + a_ + " addr add 10.200.0.1/24 dev " + veth_a_,
+        "ip -n " + b_ + " addr add 10.200.0.2/24 dev " + veth_b_, "ip -n " + a_ + " link set " + veth_a_ + " up",
+        "ip -n " + b_ + " link set " + veth_b_ + " up", "ip -n " + a_ + " link set lo up",
+        "ip -n " + b_ + " link set lo up"}) {
     auto [step_rc, step_out] = shell(step);
     if (step.rfind("ip netns add", 0) == 0 && step_rc == 0) created_b_ = true;
     if (step_rc != 0) {
@@ -87,13 +88,14 @@ NodeNetwork::NodeNetwork(int nodes) {
     links_.push_back("dn" + std::to_string(n) + "x" + std::to_string(::getpid()));  // at most 15 characters
     ports_.push_back("dp" + std::to_string(n) + "x" + std::to_string(::getpid()));
     const std::string& ns = nodes_.back();
-    steps.insert(steps.end(),
-                 {"ip netns add " + ns, "ip link add " + links_.back() + " type veth peer name " + ports_.back(),
-                  "ip link set " + links_.back() + " netns " + ns, "ip link set " + ports_.back() + " netns " + switch_ns_,
-                  "ip -n " + switch_ns_ + " link set " + ports_.back() + " master br0",
-                  "ip -n " + switch_ns_ + " link set " + ports_.back() + " up",
-                  "ip -n " + ns + " addr add " + address(n) + "/24 dev " + links_.back(),
-                  "ip -n " + ns + " link set " + links_.back() + " up", "ip -n " + ns + " link set lo up"});
+    steps.insert(
+        steps.end(),
+        {"ip netns add " + ns, "ip link add " + links_.back() + " type veth peer name " + ports_.back(),
+         "ip link set " + links_.back() + " netns " + ns, "ip link set " + ports_.back() + " netns " + switch_ns_,
+         "ip -n " + switch_ns_ + " link set " + ports_.back() + " master br0",
+         "ip -n " + switch_ns_ + " link set " + ports_.back() + " up",
+         "ip -n " + ns + " addr add " + address(n) + "/24 dev " + links_.back(),
+         "ip -n " + ns + " link set " + links_.back() + " up", "ip -n " + ns + " link set lo up"});
   }
   for (const std::string& step : steps) {
     auto [rc, out] = shell(step);
@@ -115,8 +117,16 @@ NodeNetwork::~NodeNetwork() {
 
 std::vector<std::string> NodeNetwork::on(int node, std::vector<std::string> argv) const {
   // A UTS namespace of its own, so that the node has its own host name.
-  std::vector<std::string> full = {"ip", "netns", "exec", nodes_[static_cast<std::size_t>(node)], "unshare", "--uts",
-                                   "sh", "-c", "hostname " + host_name(node) + " && exec \"$@\"", "sh"};
+  std::vector<std::string> full = {"ip",
+                                   "netns",
+                                   "exec",
+                                   nodes_[static_cast<std::size_t>(node)],
+                                   "unshare",
+                                   "--uts",
+                                   "sh",
+                                   "-c",
+                                   "hostname " + host_name(node) + " && exec \"$@\"",
+                                   "sh"};
   full.insert(full.end(), argv.begin(), argv.end());
   return full;
 }

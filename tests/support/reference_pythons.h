@@ -37,7 +37,8 @@ inline std::vector<ReferencePython> reference_pythons() {
     std::string name = "Debian";
     if (const auto at = path.find("/torch-"); at != std::string::npos) {
       name = "PyPI_" + path.substr(at + 7, path.find('/', at + 7) - at - 7);
-      for (char& c : name) if (c == '.' || c == '-' || c == '+') c = '_';
+      for (char& c : name)
+        if (c == '.' || c == '-' || c == '+') c = '_';
     }
     out.push_back({path, name});
   }

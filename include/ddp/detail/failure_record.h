@@ -20,17 +20,17 @@ namespace ddp::detail {
 
 struct FailureRecord {
   ErrorKind kind = ErrorKind::Other;
-  int rank = -1;           // the global rank that failed
-  std::string group;       // "world"
-  std::string op;          // "all_reduce #39 (float32 x 1, SUM)"; "" when no op (joining the group)
-  std::int64_t seq = -1;   // the op's sequence number in its group, -1 when no op
-  std::vector<int> lost;   // ranks the store recorded as lost
-  std::vector<int> behind; // ranks that had not reached the op (or the group, when joining)
-  std::vector<int> inside; // ranks that reached the op and had not finished it
+  int rank = -1;                // the global rank that failed
+  std::string group;            // "world"
+  std::string op;               // "all_reduce #39 (float32 x 1, SUM)"; "" when no op (joining the group)
+  std::int64_t seq = -1;        // the op's sequence number in its group, -1 when no op
+  std::vector<int> lost;        // ranks the store recorded as lost
+  std::vector<int> behind;      // ranks that had not reached the op (or the group, when joining)
+  std::vector<int> inside;      // ranks that reached the op and had not finished it
   std::vector<int> mismatched;  // ranks that called another op at its sequence number
-  int first = -1;          // the rank whose earlier failure this one follows, -1 when none
-  std::string detail;      // the diagnosis, for people ("Ranks that had not reached ...")
-  std::string message;     // the whole error, for people
+  int first = -1;               // the rank whose earlier failure this one follows, -1 when none
+  std::string detail;           // the diagnosis, for people ("Ranks that had not reached ...")
+  std::string message;          // the whole error, for people
   bool operator==(const FailureRecord&) const = default;
 };
 

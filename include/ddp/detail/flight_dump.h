@@ -64,9 +64,9 @@ struct FlightDump {
   std::string job;  // the job id (DDP_JOB_ID, TORCHELASTIC_RUN_ID); "" none
   int restart = 0;  // TORCHELASTIC_RESTART_COUNT
   std::int64_t time_ns = 0;
-  std::string reason;          // why it was written
+  std::string reason;                    // why it was written
   std::optional<FailureRecord> failure;  // the failure that wrote it, as data (ddp/detail/failure_record.h)
-  std::uint64_t capacity = 0;  // the most entries kept
+  std::uint64_t capacity = 0;            // the most entries kept
   std::uint64_t recorded = 0;  // operations recorded since the start; the oldest recorded - entries.size() were dropped
   std::vector<FlightGroup> groups;
   std::vector<FlightEntry> entries;  // oldest first

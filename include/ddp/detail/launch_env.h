@@ -17,11 +17,11 @@ struct LaunchEnv {
   std::optional<int> world_size;
   std::optional<int> local_rank;
   std::optional<int> local_world_size;
-  std::string master_addr;                 // empty when unset
+  std::string master_addr;  // empty when unset
   std::optional<std::uint16_t> master_port;
-  bool use_agent_store = false;            // TORCHELASTIC_USE_AGENT_STORE=True
-  int restart_count = 0;                   // TORCHELASTIC_RESTART_COUNT
-  std::string source;                      // where rank/world came from: "RANK/WORLD_SIZE", "Open MPI", "Slurm", ""
+  bool use_agent_store = false;  // TORCHELASTIC_USE_AGENT_STORE=True
+  int restart_count = 0;         // TORCHELASTIC_RESTART_COUNT
+  std::string source;            // where rank/world came from: "RANK/WORLD_SIZE", "Open MPI", "Slurm", ""
 };
 
 // Reads the variables. Throws InvalidArgument naming the variable, its value and the fix when

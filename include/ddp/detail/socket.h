@@ -38,8 +38,7 @@ class Fd {
 // `what` names the peer for messages ("the store"). A host that does not resolve is logged at
 // once (a warning) and retried too. Throws TimeoutError with host:port, the time waited, the last
 // error and what to check.
-Fd connect_with_retry(const std::string& host, std::uint16_t port, Clock::time_point deadline,
-                      std::string_view what);
+Fd connect_with_retry(const std::string& host, std::uint16_t port, Clock::time_point deadline, std::string_view what);
 
 // A listening socket on every address (IPv6 dual-stack, else IPv4) at `port` (0: any free port).
 // Throws IOError naming the port when it is in use.
@@ -53,8 +52,7 @@ void send_all(int fd, std::string_view data, Clock::time_point deadline, std::st
 
 // Reads exactly `size` bytes into `out`. Returns false on a clean EOF before any byte; throws
 // IOError on errors or EOF mid-message, TimeoutError at the deadline.
-bool recv_exact(int fd, char* out, std::size_t size, Clock::time_point deadline,
-                std::string_view peer);
+bool recv_exact(int fd, char* out, std::size_t size, Clock::time_point deadline, std::string_view peer);
 
 void set_nonblocking(int fd);
 void set_nodelay(int fd);

@@ -70,14 +70,14 @@ MixedPrecision parse_mixed_precision(const std::string& text, const std::string&
 const char* to_string(MixedPrecision precision);
 
 struct AcceleratorOptions {
-  std::optional<MixedPrecision> mixed_precision;    // default: ACCELERATE_MIXED_PRECISION, else kNo
-  std::optional<int> gradient_accumulation_steps;   // default: ACCELERATE_GRADIENT_ACCUMULATION_STEPS, else 1
-  std::optional<bool> cpu;                          // true: the CPU even with a GPU; default: ACCELERATE_USE_CPU
+  std::optional<MixedPrecision> mixed_precision;   // default: ACCELERATE_MIXED_PRECISION, else kNo
+  std::optional<int> gradient_accumulation_steps;  // default: ACCELERATE_GRADIENT_ACCUMULATION_STEPS, else 1
+  std::optional<bool> cpu;                         // true: the CPU even with a GPU; default: ACCELERATE_USE_CPU
   // The process group's backend when the Accelerator creates it: default "cpu:gloo,cuda:nccl" on
   // a GPU, "gloo" on the CPU. An already initialized default group is used as it is.
   std::string backend;
   std::chrono::milliseconds timeout = std::chrono::minutes(30);  // rendezvous and every collective
-  DDPOptions ddp;           // how prepare() wraps a model in DDP (device_ids are set for a GPU)
+  DDPOptions ddp;                 // how prepare() wraps a model in DDP (device_ids are set for a GPU)
   amp::GradScalerOptions scaler;  // fp16's GradScaler (its `enabled` is the Accelerator's to set)
 };
 
@@ -86,7 +86,7 @@ struct LoaderOptions {
   bool shuffle = true;          // a new permutation every epoch, the same on every rank
   std::uint64_t seed = 0;
   bool drop_last = false;
-  std::size_t workers = 0;      // torch::data worker threads
+  std::size_t workers = 0;  // torch::data worker threads
 };
 
 namespace detail {
@@ -99,11 +99,11 @@ struct AcceleratorState;
 struct LoaderPosition {
   DistributedSampler sampler;
   std::int64_t batch_size;
-  std::int64_t epoch = 0;          // the epoch of the pass under way, or of the next
-  std::int64_t batches_done = 0;   // of the pass under way on this rank
+  std::int64_t epoch = 0;         // the epoch of the pass under way, or of the next
+  std::int64_t batches_done = 0;  // of the pass under way on this rank
   std::int64_t batches_in_pass = 0;
-  std::int64_t pass_start = 0;     // samples of the epoch the job had consumed when the pass began
-  bool resumed = false;            // the next pass continues a restored position (no set_epoch)
+  std::int64_t pass_start = 0;  // samples of the epoch the job had consumed when the pass began
+  bool resumed = false;         // the next pass continues a restored position (no set_epoch)
 };
 
 // Which rows of an all_gather of every rank's `rows` outputs for batch `batch` of a pass (rank
@@ -126,7 +126,9 @@ DDPOptions ddp_options(const AcceleratorState& state);
 bool distributed(const AcceleratorState& state);
 at::Tensor outputs_to_float32(at::Tensor output);
 template <typename T>
-T outputs_to_float32(T output) { return output; }  // other outputs pass as they are
+T outputs_to_float32(T output) {
+  return output;
+}  // other outputs pass as they are
 
 }  // namespace detail
 
@@ -149,7 +151,9 @@ class AcceleratedModel {
     return detail::outputs_to_float32(std::move(output));
   }
   template <typename... Args>
-  auto operator()(Args&&... args) { return forward(std::forward<Args>(args)...); }
+  auto operator()(Args&&... args) {
+    return forward(std::forward<Args>(args)...);
+  }
 
   M* operator->() const { return module_.get(); }
   const std::shared_ptr<M>& module() const { return module_; }  // what to save or hand to Python
@@ -172,7 +176,8 @@ class AcceleratedModel {
 // synchronized (the last of an accumulation), step() through the GradScaler with fp16.
 class AcceleratedOptimizer {
  public:
-  AcceleratedOptimizer(std::shared_ptr<torch::optim::Optimizer> optimizer, std::shared_ptr<detail::AcceleratorState> state)
+  AcceleratedOptimizer(std::shared_ptr<torch::optim::Optimizer> optimizer,
+                       std::shared_ptr<detail::AcceleratorState> state)
       : optimizer_(std::move(optimizer)), state_(std::move(state)) {}
 
   // Throws Error when gradient accumulation is on and the micro-step was not in accumulate().
@@ -237,19 +242,21 @@ class AcceleratedLoader {
       : state_(std::move(state)) {
     const auto size = dataset.size();
     if (!size.has_value()) {
-      throw InvalidArgument("Accelerator::prepare: the dataset has no size (its size() returned nullopt); a "
-                            "DistributedSampler shards a dataset of known size: give the dataset a size(), or "
-                            "shard a stream yourself by rank");
+      throw InvalidArgument(
+          "Accelerator::prepare: the dataset has no size (its size() returned nullopt); a "
+          "DistributedSampler shards a dataset of known size: give the dataset a size(), or "
+          "shard a stream yourself by rank");
     }
     if (options.batch_size < 1) {
       throw InvalidArgument("Accelerator::prepare: batch_size " + std::to_string(options.batch_size) +
                             " for a loader; it must be 1 or more (per process)");
     }
-    DistributedSampler sampler(*size, {.shuffle = options.shuffle, .seed = options.seed, .drop_last = options.drop_last});
+    DistributedSampler sampler(*size,
+                               {.shuffle = options.shuffle, .seed = options.seed, .drop_last = options.drop_last});
     position_ = std::make_shared<detail::LoaderPosition>(detail::LoaderPosition{sampler, options.batch_size});
-    loader_ = std::make_unique<Loader>(std::move(dataset).map(torch::data::transforms::Stack<>()), sampler,
-                                       torch::data::DataLoaderOptions(static_cast<std::size_t>(options.batch_size))
-                                           .workers(options.workers));
+    loader_ = std::make_unique<Loader>(
+        std::move(dataset).map(torch::data::transforms::Stack<>()), sampler,
+        torch::data::DataLoaderOptions(static_cast<std::size_t>(options.batch_size)).workers(options.workers));
     detail::register_loader(*state_, position_);
   }
 
@@ -382,9 +389,9 @@ class Accelerator {
   }
 
   c10::Device device() const;
-  int process_index() const;         // the rank
-  int local_process_index() const;   // LOCAL_RANK
-  int num_processes() const;         // the world size
+  int process_index() const;        // the rank
+  int local_process_index() const;  // LOCAL_RANK
+  int num_processes() const;        // the world size
   bool is_main_process() const { return process_index() == 0; }
   bool is_local_main_process() const { return local_process_index() == 0; }
   MixedPrecision mixed_precision() const;

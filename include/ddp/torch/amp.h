@@ -42,9 +42,10 @@
 namespace ddp::amp {
 
 struct AutocastOptions {
-  std::optional<at::ScalarType> dtype;  // default: LibTorch's current autocast dtype for the device (fp16 on CUDA, bf16 on the CPU)
-  bool enabled = true;                  // false: a region without autocast inside an autocast region
-  std::optional<bool> cache_enabled;    // cache of casted weights; default: LibTorch's current setting
+  std::optional<at::ScalarType>
+      dtype;            // default: LibTorch's current autocast dtype for the device (fp16 on CUDA, bf16 on the CPU)
+  bool enabled = true;  // false: a region without autocast inside an autocast region
+  std::optional<bool> cache_enabled;  // cache of casted weights; default: LibTorch's current setting
 };
 
 // Python's `with torch.autocast(device_type, dtype=..., enabled=..., cache_enabled=...)`: while
@@ -61,7 +62,7 @@ class Autocast {
   Autocast(const Autocast&) = delete;
   Autocast& operator=(const Autocast&) = delete;
 
-  bool enabled() const { return enabled_; }    // whether this region autocasts
+  bool enabled() const { return enabled_; }  // whether this region autocasts
   at::ScalarType dtype() const { return dtype_; }
 
  private:
@@ -74,11 +75,11 @@ class Autocast {
 };
 
 struct GradScalerOptions {
-  double init_scale = 65536.0;   // 2^16
-  double growth_factor = 2.0;    // > 1: the scale grows by this after growth_interval finite steps in a row
-  double backoff_factor = 0.5;   // < 1: the scale shrinks by this after a step with an inf or NaN gradient
+  double init_scale = 65536.0;  // 2^16
+  double growth_factor = 2.0;   // > 1: the scale grows by this after growth_interval finite steps in a row
+  double backoff_factor = 0.5;  // < 1: the scale shrinks by this after a step with an inf or NaN gradient
   std::int64_t growth_interval = 2000;
-  bool enabled = true;           // false: scale() passes through, step() just steps, update() does nothing
+  bool enabled = true;  // false: scale() passes through, step() just steps, update() does nothing
   // The ranks whose skip decisions must agree when their gradients can differ at step() (gradients
   // not all-reduced: stepping under no_sync, local SGD). When set, the found-inf flag is
   // all-reduced (MAX) over it before every step, so every rank skips when any rank saw inf or NaN

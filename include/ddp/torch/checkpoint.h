@@ -37,7 +37,7 @@ struct CheckpointOptions {
 struct LoadedCheckpoint {
   std::string path;
   std::int64_t step = 0;
-  std::vector<std::string> skipped;   // newer checkpoints that could not be read, with the reason
+  std::vector<std::string> skipped;  // newer checkpoints that could not be read, with the reason
 };
 
 class Checkpoints {

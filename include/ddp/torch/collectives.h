@@ -37,15 +37,18 @@ using GroupPtr = std::shared_ptr<ProcessGroup>;
 
 // Every rank ends with the reduction of every rank's `tensor`.
 void all_reduce(at::Tensor& tensor, ReduceOp op = ReduceOp::SUM, const GroupPtr& group = nullptr);
-std::shared_ptr<Work> all_reduce_async(at::Tensor& tensor, ReduceOp op = ReduceOp::SUM, const GroupPtr& group = nullptr, Launch launch = Launch::Async);
+std::shared_ptr<Work> all_reduce_async(at::Tensor& tensor, ReduceOp op = ReduceOp::SUM, const GroupPtr& group = nullptr,
+                                       Launch launch = Launch::Async);
 
 // Every rank ends with rank `src`'s `tensor`.
 void broadcast(at::Tensor& tensor, int src, const GroupPtr& group = nullptr);
-std::shared_ptr<Work> broadcast_async(at::Tensor& tensor, int src, const GroupPtr& group = nullptr, Launch launch = Launch::Async);
+std::shared_ptr<Work> broadcast_async(at::Tensor& tensor, int src, const GroupPtr& group = nullptr,
+                                      Launch launch = Launch::Async);
 
 // Rank `dst` ends with the reduction; the others' tensors are unchanged.
 void reduce(at::Tensor& tensor, int dst, ReduceOp op = ReduceOp::SUM, const GroupPtr& group = nullptr);
-std::shared_ptr<Work> reduce_async(at::Tensor& tensor, int dst, ReduceOp op = ReduceOp::SUM, const GroupPtr& group = nullptr, Launch launch = Launch::Async);
+std::shared_ptr<Work> reduce_async(at::Tensor& tensor, int dst, ReduceOp op = ReduceOp::SUM,
+                                   const GroupPtr& group = nullptr, Launch launch = Launch::Async);
 
 // outputs[r] receives rank r's `tensor`; `outputs` holds world-size tensors shaped like `tensor`.
 void all_gather(std::vector<at::Tensor>& outputs, const at::Tensor& tensor, const GroupPtr& group = nullptr);
@@ -63,16 +66,19 @@ std::shared_ptr<Work> all_gather_into_tensor_async(at::Tensor& output, const at:
 void reduce_scatter(at::Tensor& output, const std::vector<at::Tensor>& inputs, ReduceOp op = ReduceOp::SUM,
                     const GroupPtr& group = nullptr);
 std::shared_ptr<Work> reduce_scatter_async(at::Tensor& output, const std::vector<at::Tensor>& inputs,
-                                           ReduceOp op = ReduceOp::SUM, const GroupPtr& group = nullptr, Launch launch = Launch::Async);
+                                           ReduceOp op = ReduceOp::SUM, const GroupPtr& group = nullptr,
+                                           Launch launch = Launch::Async);
 
 // As reduce_scatter with the inputs concatenated in one tensor of world size x output's elements.
 void reduce_scatter_tensor(at::Tensor& output, const at::Tensor& input, ReduceOp op = ReduceOp::SUM,
                            const GroupPtr& group = nullptr);
 std::shared_ptr<Work> reduce_scatter_tensor_async(at::Tensor& output, const at::Tensor& input,
-                                                  ReduceOp op = ReduceOp::SUM, const GroupPtr& group = nullptr, Launch launch = Launch::Async);
+                                                  ReduceOp op = ReduceOp::SUM, const GroupPtr& group = nullptr,
+                                                  Launch launch = Launch::Async);
 
 // outputs[r] receives inputs[rank] of rank r. Both lists hold world-size tensors of one size.
-void all_to_all(std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& inputs, const GroupPtr& group = nullptr);
+void all_to_all(std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& inputs,
+                const GroupPtr& group = nullptr);
 std::shared_ptr<Work> all_to_all_async(std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& inputs,
                                        const GroupPtr& group = nullptr, Launch launch = Launch::Async);
 
@@ -82,7 +88,8 @@ std::shared_ptr<Work> all_to_all_single_async(at::Tensor& output, const at::Tens
                                               const GroupPtr& group = nullptr, Launch launch = Launch::Async);
 
 // Rank `dst`'s gather_list[r] receives rank r's `tensor`; other ranks pass an empty list.
-void gather(const at::Tensor& tensor, std::vector<at::Tensor>& gather_list, int dst = 0, const GroupPtr& group = nullptr);
+void gather(const at::Tensor& tensor, std::vector<at::Tensor>& gather_list, int dst = 0,
+            const GroupPtr& group = nullptr);
 std::shared_ptr<Work> gather_async(const at::Tensor& tensor, std::vector<at::Tensor>& gather_list, int dst = 0,
                                    const GroupPtr& group = nullptr, Launch launch = Launch::Async);
 

@@ -45,7 +45,10 @@ class GradBucket {
  public:
   GradBucket(std::size_t index, bool is_last, at::Tensor buffer, std::vector<at::Tensor> parameters,
              std::shared_ptr<ProcessGroup> group)
-      : index_(index), is_last_(is_last), buffer_(std::move(buffer)), parameters_(std::move(parameters)),
+      : index_(index),
+        is_last_(is_last),
+        buffer_(std::move(buffer)),
+        parameters_(std::move(parameters)),
         group_(std::move(group)) {}
 
   // Position in the launch order (0 is the first bucket to become ready).

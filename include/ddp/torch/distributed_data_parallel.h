@@ -55,10 +55,10 @@ struct DDPOptions {
   bool broadcast_buffers = true;                // rank 0's buffers (BatchNorm statistics) before each forward
   double bucket_cap_mb = 25;                    // bucket size; the first bucket is 1 MB so that it starts early
   bool find_unused_parameters = false;          // parameters not reached from the outputs count as zero gradients
-  bool gradient_as_bucket_view = false;         // PyTorch's bucket views (.grad always the buckets' memory); the default
-                                                // uses them too where that is unseen (docs/DDP.md)
-  bool static_graph = false;                    // the same graph every iteration: learn it in the first backward
-  bool init_sync = true;                        // broadcast parameters and buffers from rank 0 at construction
+  bool gradient_as_bucket_view = false;  // PyTorch's bucket views (.grad always the buckets' memory); the default
+                                         // uses them too where that is unseen (docs/DDP.md)
+  bool static_graph = false;             // the same graph every iteration: learn it in the first backward
+  bool init_sync = true;                 // broadcast parameters and buffers from rank 0 at construction
 };
 
 namespace detail {
@@ -104,7 +104,7 @@ struct Placed {
   T&& ref;
 };
 template <typename T>
-  requires std::is_same_v<std::remove_cvref_t<T>, at::Tensor>
+requires std::is_same_v<std::remove_cvref_t<T>, at::Tensor>
 struct Placed<T> {
   Placed(T&& value, const std::optional<at::Device>& device)
       : moved(device && value.defined() && value.device() != *device ? value.to(*device) : at::Tensor(value)) {}

@@ -56,11 +56,11 @@ enum class RandpermCompat {
 };
 
 struct DistributedSamplerOptions {
-  std::optional<int> num_replicas;  // processes sharing the dataset; default: the world size
-  std::optional<int> rank;          // this process's shard, in [0, num_replicas); default: the rank
-  bool shuffle = true;              // a random permutation per epoch; false: 0, 1, 2, ... in order
-  std::uint64_t seed = 0;           // the generator is seeded seed + epoch (wrapping modulo 2^64)
-  bool drop_last = false;           // trim the tail to a multiple of num_replicas instead of padding
+  std::optional<int> num_replicas;                    // processes sharing the dataset; default: the world size
+  std::optional<int> rank;                            // this process's shard, in [0, num_replicas); default: the rank
+  bool shuffle = true;                                // a random permutation per epoch; false: 0, 1, 2, ... in order
+  std::uint64_t seed = 0;                             // the generator is seeded seed + epoch (wrapping modulo 2^64)
+  bool drop_last = false;                             // trim the tail to a multiple of num_replicas instead of padding
   RandpermCompat randperm = RandpermCompat::kModern;  // only matters from kRandpermLargeSize on
   // true (PyTorch's): every rank gets as many indices, the shards evened out by repeating the
   // permutation's first indices (or by drop_last's trim). false: each rank gets exactly its share,
@@ -73,13 +73,13 @@ struct DistributedSamplerOptions {
 // Where a sampler stands in its epoch: what a checkpoint needs to resume mid-epoch, at the same
 // world size or another.
 struct DistributedSamplerState {
-  std::int64_t epoch = 0;      // the epoch of the pass under way (or of the next pass)
-  std::uint64_t seed = 0;      // the sampler's seed
-  std::int64_t consumed = 0;   // indices this rank has handed out in that pass
+  std::int64_t epoch = 0;         // the epoch of the pass under way (or of the next pass)
+  std::uint64_t seed = 0;         // the sampler's seed
+  std::int64_t consumed = 0;      // indices this rank has handed out in that pass
   std::int64_t dataset_size = 0;  // checked on restore: the permutation depends on it
   int num_replicas = 1;           // the world size it was saved at
-  std::int64_t start = 0;  // samples of the epoch the job had consumed when the pass began (0, but
-                           // for a pass resumed at another world size)
+  std::int64_t start = 0;         // samples of the epoch the job had consumed when the pass began (0, but
+                                  // for a pass resumed at another world size)
 
   // The samples of the epoch the whole job has consumed: positions [0, samples_consumed()) of its
   // sequence, min(start + consumed * num_replicas, dataset_size). Exact in rank 0's state (rank 0
@@ -121,9 +121,8 @@ std::vector<std::int64_t> distributed_pass_indices(std::int64_t dataset_size, in
 // permutation is built, as PyTorch does), O(num_samples) without; memory 8 bytes per index.
 // Throws InvalidArgument: dataset_size < 0, num_replicas < 1, rank outside [0, num_replicas),
 // epoch < 0. Thread-safe.
-std::vector<std::int64_t> distributed_indices(std::int64_t dataset_size, int num_replicas, int rank,
-                                              std::uint64_t seed, std::int64_t epoch, bool shuffle = true,
-                                              bool drop_last = false,
+std::vector<std::int64_t> distributed_indices(std::int64_t dataset_size, int num_replicas, int rank, std::uint64_t seed,
+                                              std::int64_t epoch, bool shuffle = true, bool drop_last = false,
                                               RandpermCompat randperm = RandpermCompat::kModern);
 
 // torch.randperm(n, generator=g) for a CPU generator g seeded `seed`, as `randperm` says

@@ -132,11 +132,11 @@ class JoinableRef {
   JoinableRef(Joinable& joinable) : joinable_(&joinable) {}
   JoinableRef(Joinable* joinable) : joinable_(joinable) {}
   template <typename Holder>
-    requires std::derived_from<typename Holder::ContainedType, Joinable>
-  JoinableRef(Holder* holder) : joinable_(holder ? holder->get() : nullptr) {}
+  requires std::derived_from<typename Holder::ContainedType, Joinable> JoinableRef(Holder* holder)
+      : joinable_(holder ? holder->get() : nullptr) {}
   template <typename Holder>
-    requires std::derived_from<typename Holder::ContainedType, Joinable>
-  JoinableRef(Holder& holder) : joinable_(holder.get()) {}
+  requires std::derived_from<typename Holder::ContainedType, Joinable> JoinableRef(Holder& holder)
+      : joinable_(holder.get()) {}
   Joinable* get() const { return joinable_; }
 
  private:

@@ -39,13 +39,13 @@
 namespace ddp::comm_hooks {
 
 struct PowerSGDOptions {
-  int matrix_approximation_rank = 1;       // r >= 1: lower compresses more (1-4 is typical)
-  std::int64_t start_powerSGD_iter = 1000;  // plain all-reduce before; > 1 with error feedback or warm start
-  double min_compression_rate = 2;          // >= 0: compress a matrix only when it shrinks by more than this
-  bool use_error_feedback = true;           // carry each bucket's compression error to the next iteration
-  bool warm_start = true;                   // start from the previous iteration's Q (else a fresh random one)
-  double orthogonalization_epsilon = 0;     // >= 0, added to each column's norm (1e-8 guards zero columns)
-  std::uint32_t random_seed = 0;            // the seed of every rank's Qs (numpy's RandomState seed)
+  int matrix_approximation_rank = 1;           // r >= 1: lower compresses more (1-4 is typical)
+  std::int64_t start_powerSGD_iter = 1000;     // plain all-reduce before; > 1 with error feedback or warm start
+  double min_compression_rate = 2;             // >= 0: compress a matrix only when it shrinks by more than this
+  bool use_error_feedback = true;              // carry each bucket's compression error to the next iteration
+  bool warm_start = true;                      // start from the previous iteration's Q (else a fresh random one)
+  double orthogonalization_epsilon = 0;        // >= 0, added to each column's norm (1e-8 guards zero columns)
+  std::uint32_t random_seed = 0;               // the seed of every rank's Qs (numpy's RandomState seed)
   bool batch_tensors_with_same_shape = false;  // compress same-shaped matrices in one batched product
 };
 
@@ -82,7 +82,7 @@ class PowerSGDState {
   friend struct PowerSGDAccess;  // the hook (src/torch/comm_hooks/powersgd.cpp)
 
   PowerSGDOptions options_;
-  std::mt19937 rng_;  // numpy's RandomState(random_seed): the same MT19937 and seeding
+  std::mt19937 rng_;                                 // numpy's RandomState(random_seed): the same MT19937 and seeding
   std::map<std::size_t, at::Tensor> error_, p_, q_;  // by bucket index
   // By bucket index: the parameters' shapes that error_ and q_ were laid out for (int64: per
   // parameter its dimension count, then its sizes), so that a bucket whose parameters come in

@@ -67,10 +67,10 @@ struct ShapeMismatch {
 // mismatches by name) and the rest: the format read, how many tensors were loaded, and notes
 // (type conversions, the "module." prefix stripped, what the file held besides tensors).
 struct LoadReport {
-  std::string format;                      // "PyTorch zip", "PyTorch legacy", "safetensors", "memory"
+  std::string format;  // "PyTorch zip", "PyTorch legacy", "safetensors", "memory"
   std::size_t loaded = 0;
-  std::vector<std::string> missing_keys;   // in the module, not in the file: left as they were
-  std::vector<std::string> unexpected_keys;  // in the file, not in the module
+  std::vector<std::string> missing_keys;        // in the module, not in the file: left as they were
+  std::vector<std::string> unexpected_keys;     // in the file, not in the module
   std::vector<ShapeMismatch> shape_mismatches;  // in both with different shapes: not loaded
   std::vector<std::string> notes;
 
@@ -90,9 +90,13 @@ struct WeightsFile {
 // The module's parameters and buffers (detached, sharing their storage) under PyTorch's names.
 StateDict state_dict(const torch::nn::Module& module);
 template <typename M>
-StateDict state_dict(const torch::nn::ModuleHolder<M>& module) { return state_dict(*module); }
+StateDict state_dict(const torch::nn::ModuleHolder<M>& module) {
+  return state_dict(*module);
+}
 template <typename M>
-StateDict state_dict(const std::shared_ptr<M>& module) { return state_dict(*module); }
+StateDict state_dict(const std::shared_ptr<M>& module) {
+  return state_dict(*module);
+}
 
 // Writes the tensors to `path` atomically (a temporary file, fsync, rename): a crash leaves the
 // old file or the new one. Tensors on any device are written from the CPU, with location "cpu";
@@ -103,7 +107,8 @@ StateDict state_dict(const std::shared_ptr<M>& module) { return state_dict(*modu
 void save_state_dict(const StateDict& tensors, const std::string& path, const SaveOptions& options = {});
 void save_state_dict(const torch::nn::Module& module, const std::string& path, const SaveOptions& options = {});
 template <typename M>
-void save_state_dict(const torch::nn::ModuleHolder<M>& module, const std::string& path, const SaveOptions& options = {}) {
+void save_state_dict(const torch::nn::ModuleHolder<M>& module, const std::string& path,
+                     const SaveOptions& options = {}) {
   save_state_dict(*module, path, options);
 }
 template <typename M>
@@ -122,7 +127,8 @@ void save_on_rank_zero(const StateDict& tensors, const std::string& path, const 
 // collective over the model's group. Rank 0 writes the wrapped module's state dict (no
 // "module." prefix); when save returns on any rank, the file is complete. Rank 0 throws as above.
 template <typename M>
-void save_state_dict(const DistributedDataParallel<M>& model, const std::string& path, const SaveOptions& options = {}) {
+void save_state_dict(const DistributedDataParallel<M>& model, const std::string& path,
+                     const SaveOptions& options = {}) {
   detail::save_on_rank_zero(state_dict(*model->module()), path, options, model->process_group());
 }
 
@@ -143,7 +149,8 @@ LoadReport load_state_dict(torch::nn::Module& module, const std::string& path, c
 // The same from tensors in memory (options.key must be empty).
 LoadReport load_state_dict(torch::nn::Module& module, const StateDict& tensors, const LoadOptions& options = {});
 template <typename M>
-LoadReport load_state_dict(const torch::nn::ModuleHolder<M>& module, const std::string& path, const LoadOptions& options = {}) {
+LoadReport load_state_dict(const torch::nn::ModuleHolder<M>& module, const std::string& path,
+                           const LoadOptions& options = {}) {
   return load_state_dict(*module.ptr(), path, options);
 }
 template <typename M>
@@ -153,7 +160,8 @@ LoadReport load_state_dict(const std::shared_ptr<M>& module, const std::string& 
 // A DDP model loads into the module it wraps (Python: model.module.load_state_dict(...)). Every
 // rank reads the file; they end with equal weights when they read the same file.
 template <typename M>
-LoadReport load_state_dict(const DistributedDataParallel<M>& model, const std::string& path, const LoadOptions& options = {}) {
+LoadReport load_state_dict(const DistributedDataParallel<M>& model, const std::string& path,
+                           const LoadOptions& options = {}) {
   return load_state_dict(*model->module(), path, options);
 }
 

@@ -60,7 +60,8 @@ class SyncBatchNormImpl : public torch::nn::Cloneable<SyncBatchNormImpl> {
  public:
   // `process_group`: the ranks whose statistics are combined (a subgroup from ddp::new_group, for
   // statistics within it); null: the default group, looked up at each training forward.
-  explicit SyncBatchNormImpl(torch::nn::BatchNormOptions options, std::shared_ptr<ProcessGroup> process_group = nullptr);
+  explicit SyncBatchNormImpl(torch::nn::BatchNormOptions options,
+                             std::shared_ptr<ProcessGroup> process_group = nullptr);
 
   // Registers the parameters (weight ones, bias zeros) and buffers (running_mean zeros,
   // running_var ones, num_batches_tracked 0), as BatchNorm does.

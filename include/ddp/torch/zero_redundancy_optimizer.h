@@ -69,7 +69,8 @@ std::vector<std::vector<std::vector<std::size_t>>> partition_parameters(
 // Everything that does not depend on the optimizer type (src/torch/zero/). Not for direct use.
 class ZeroBase : public torch::optim::Optimizer, public Joinable {
  public:
-  using Factory = std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<torch::optim::OptimizerParamGroup>)>;
+  using Factory =
+      std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<torch::optim::OptimizerParamGroup>)>;
 
   // One optimizer step on this rank's shard (with `closure`, if any, passed to it), then the
   // broadcast of every rank's shard: one flat message per rank, all issued asynchronously, then
@@ -126,7 +127,8 @@ class ZeroBase : public torch::optim::Optimizer, public Joinable {
   std::vector<torch::optim::OptimizerParamGroup> groups_of(int rank) const;
   void repartition();
   void build_buckets();
-  void sync_options(std::vector<torch::optim::OptimizerParamGroup>& from, std::vector<torch::optim::OptimizerParamGroup>& to) const;
+  void sync_options(std::vector<torch::optim::OptimizerParamGroup>& from,
+                    std::vector<torch::optim::OptimizerParamGroup>& to) const;
   void broadcast_shards();
 
   ZeroRedundancyOptions options_;
@@ -134,7 +136,7 @@ class ZeroBase : public torch::optim::Optimizer, public Joinable {
   std::shared_ptr<ProcessGroup> group_;
   int rank_ = 0, world_ = 1;
   std::vector<std::vector<std::vector<std::size_t>>> partition_;
-  std::vector<at::Tensor> buckets_;                      // per rank, with parameters_as_bucket_view
+  std::vector<at::Tensor> buckets_;  // per rank, with parameters_as_bucket_view
   std::unique_ptr<torch::optim::Optimizer> local_;
   std::unique_ptr<torch::optim::Optimizer> consolidated_;  // on the rank consolidated to
 };
@@ -152,14 +154,17 @@ class ZeroRedundancyOptimizer : public detail::ZeroBase {
   ZeroRedundancyOptimizer(std::vector<torch::optim::OptimizerParamGroup> param_groups, const Options& defaults,
                           ZeroRedundancyOptions options = {})
       : ZeroBase(std::move(param_groups), std::make_unique<Options>(defaults), std::move(options),
-                 [defaults](std::vector<torch::optim::OptimizerParamGroup> groups) -> std::unique_ptr<torch::optim::Optimizer> {
+                 [defaults](std::vector<torch::optim::OptimizerParamGroup> groups)
+                     -> std::unique_ptr<torch::optim::Optimizer> {
                    return std::make_unique<O>(std::move(groups), defaults);
                  }) {}
 
   template <typename Options>
-  ZeroRedundancyOptimizer(std::vector<at::Tensor> parameters, const Options& defaults, ZeroRedundancyOptions options = {})
-      : ZeroRedundancyOptimizer(std::vector<torch::optim::OptimizerParamGroup>{torch::optim::OptimizerParamGroup(std::move(parameters))},
-                                defaults, std::move(options)) {}
+  ZeroRedundancyOptimizer(std::vector<at::Tensor> parameters, const Options& defaults,
+                          ZeroRedundancyOptions options = {})
+      : ZeroRedundancyOptimizer(
+            std::vector<torch::optim::OptimizerParamGroup>{torch::optim::OptimizerParamGroup(std::move(parameters))},
+            defaults, std::move(options)) {}
 
   // The local optimizer, as its own type.
   O& local() { return static_cast<O&>(local_optimizer()); }

@@ -79,7 +79,9 @@ class CpuBackend final : public Backend {
   void scatter(Buffer input, Buffer output, int root, Deadline deadline) override {
     gloo_->scatter(input, output, root, deadline);
   }
-  void all_to_all(Buffer input, Buffer output, Deadline deadline) override { gloo_->all_to_all(input, output, deadline); }
+  void all_to_all(Buffer input, Buffer output, Deadline deadline) override {
+    gloo_->all_to_all(input, output, deadline);
+  }
   Waiter post_send(Buffer data, int dst, std::uint32_t tag) override { return gloo_->post_send(data, dst, tag); }
   Waiter post_recv(Buffer data, int src, std::uint32_t tag) override { return gloo_->post_recv(data, src, tag); }
 
@@ -96,7 +98,7 @@ class CpuBackend final : public Backend {
  private:
   int rank_;
   int size_;
-  std::unique_ptr<Backend> gloo_;     // the whole group
+  std::unique_ptr<Backend> gloo_;  // the whole group
   // Several hosts: striped, the ranks of this rank's index on every host (its lane); else one rank
   // per host, on host leaders only.
   std::unique_ptr<Backend> across_;
@@ -121,7 +123,8 @@ std::string rank_zeros(const BackendContext& ctx, const std::string& key, std::s
 std::unique_ptr<Backend> make_cpu_backend(const BackendContext& ctx) {
   const shm::Tuning tuning = shm::Tuning::from_env();
   const auto deadline = std::chrono::steady_clock::now() + ctx.timeout;
-  const shm::Identity me{tuning.enabled, ::getpid(), tuning.host_id.empty() ? shm::local_host_identity() : tuning.host_id,
+  const shm::Identity me{tuning.enabled, ::getpid(),
+                         tuning.host_id.empty() ? shm::local_host_identity() : tuning.host_id,
                          shm::local_network_identity()};
   const auto ids = shm::exchange_identities(*ctx.store, ctx.rank, ctx.size, me, deadline);
   shm::Plan plan = shm::make_plan(ids, ctx.rank);
@@ -139,8 +142,8 @@ std::unique_ptr<Backend> make_cpu_backend(const BackendContext& ctx) {
     const auto failures = shm::agree_on_setup(*ctx.store, ctx.rank, ctx.size, failure, deadline);
     if (!failures.empty()) {
       if (ctx.rank == 0) {
-        log(LogLevel::Warn, "shared memory is off for this group of ", ctx.size, " ranks, which uses gloo alone: ",
-            join(failures, "; "), ". Set DDP_SHM=0 to silence this.");
+        log(LogLevel::Warn, "shared memory is off for this group of ", ctx.size,
+            " ranks, which uses gloo alone: ", join(failures, "; "), ". Set DDP_SHM=0 to silence this.");
       }
       host.reset();
       plan.shm = false;

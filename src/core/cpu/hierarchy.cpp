@@ -37,50 +37,61 @@ void Hierarchy::pipelined(const Buffer& data, First first, Second second, Third 
     const ChunkRange r = chunk_range(data.count, chunks, k);
     return part(data, r.begin, r.end - r.begin);
   };
-  run_pipelined(chunks, [&](std::size_t k) { first(chunk(k)); }, [&](std::size_t k) { second(chunk(k)); },
-                [&](std::size_t k) { third(chunk(k)); });
+  run_pipelined(
+      chunks, [&](std::size_t k) { first(chunk(k)); }, [&](std::size_t k) { second(chunk(k)); },
+      [&](std::size_t k) { third(chunk(k)); });
 }
 
 void Hierarchy::all_reduce(Buffer data, ReduceOp op, Deadline deadline) {
   if (stripes(data)) {
     // Each rank carries its own share across the network, in parallel with the host's others.
-    return pipelined(data, [&](const Buffer& c) { host_->reduce_share(c, op, deadline); },
-                     [&](const Buffer& c) {
-                       const auto s = host_->share(c.count, c.dtype, plan_.local);
-                       if (s.length > 0) across_->all_reduce(part(c, s.begin, s.length), op, deadline);
-                     },
-                     [&](const Buffer& c) { host_->gather_shares(c, deadline); });
+    return pipelined(
+        data, [&](const Buffer& c) { host_->reduce_share(c, op, deadline); },
+        [&](const Buffer& c) {
+      const auto s = host_->share(c.count, c.dtype, plan_.local);
+      if (s.length > 0) across_->all_reduce(part(c, s.begin, s.length), op, deadline);
+        },
+        [&](const Buffer& c) { host_->gather_shares(c, deadline); });
   }
   // Through the hosts' first ranks (when striped, lane 0 is theirs).
   const bool leader = plan_.local == 0;
-  pipelined(data, [&](const Buffer& c) { if (host_) host_->reduce(c, op, 0, deadline); },
-            [&](const Buffer& c) { if (leader) across_->all_reduce(c, op, deadline); },
-            [&](const Buffer& c) { if (host_) host_->broadcast(c, 0, deadline); });
+  pipelined(
+      data,
+      [&](const Buffer& c) {
+    if (host_) host_->reduce(c, op, 0, deadline);
+      },
+      [&](const Buffer& c) {
+    if (leader) across_->all_reduce(c, op, deadline);
+  },
+      [&](const Buffer& c) {
+    if (host_) host_->broadcast(c, 0, deadline);
+      });
 }
 
 void Hierarchy::broadcast(Buffer data, int root, Deadline deadline) {
   const int root_host = host_of_[static_cast<std::size_t>(root)];
   const bool at_root = plan_.host == root_host, striped = stripes(data), leader = plan_.local == 0;
-  pipelined(data,
-            [&](const Buffer& c) {
-              if (at_root && host_) host_->broadcast(c, local_of_[static_cast<std::size_t>(root)], deadline);
-            },
-            [&](const Buffer& c) {
-              if (striped) {
-                const auto s = host_->share(c.count, c.dtype, plan_.local);
-                if (s.length > 0) across_->broadcast(part(c, s.begin, s.length), root_host, deadline);
-              } else if (leader) {
-                across_->broadcast(c, root_host, deadline);
-              }
-            },
-            [&](const Buffer& c) {
-              if (at_root || !host_) return;
-              if (striped) {
-                host_->gather_shares(c, deadline, "broadcast");
-              } else {
-                host_->broadcast(c, 0, deadline);
-              }
-            });
+  pipelined(
+      data,
+      [&](const Buffer& c) {
+    if (at_root && host_) host_->broadcast(c, local_of_[static_cast<std::size_t>(root)], deadline);
+      },
+      [&](const Buffer& c) {
+    if (striped) {
+      const auto s = host_->share(c.count, c.dtype, plan_.local);
+      if (s.length > 0) across_->broadcast(part(c, s.begin, s.length), root_host, deadline);
+    } else if (leader) {
+      across_->broadcast(c, root_host, deadline);
+    }
+  },
+      [&](const Buffer& c) {
+    if (at_root || !host_) return;
+    if (striped) {
+      host_->gather_shares(c, deadline, "broadcast");
+    } else {
+      host_->broadcast(c, 0, deadline);
+    }
+      });
 }
 
 template <typename First, typename Second, typename Third>
@@ -126,15 +137,15 @@ void Hierarchy::all_gather(Buffer input, Buffer output, Deadline deadline) {
   pipelined_pieces(
       c, chunks, [](std::size_t, std::size_t, std::size_t) {},
       [&](std::size_t k, std::size_t begin, std::size_t length) {
-        across_->all_gather(part(input, begin, length), over(lane(k), input, hosts * length), deadline);
+    across_->all_gather(part(input, begin, length), over(lane(k), input, hosts * length), deadline);
       },
       [&](std::size_t k, std::size_t begin, std::size_t length) {
-        char* all = lane(k) + hosts * most * e;
-        host_->all_gather(over(lane(k), input, hosts * length), over(all, input, locals * hosts * length), deadline);
-        for_each_piece(Order::ByLane, [&](std::size_t piece, std::size_t rank) {
-          copy_bytes(out + rank * block + begin * e, all + piece * length * e, length * e);
-        });
-      });
+    char* all = lane(k) + hosts * most * e;
+    host_->all_gather(over(lane(k), input, hosts * length), over(all, input, locals * hosts * length), deadline);
+    for_each_piece(Order::ByLane, [&](std::size_t piece, std::size_t rank) {
+      copy_bytes(out + rank * block + begin * e, all + piece * length * e, length * e);
+    });
+  });
 }
 
 void Hierarchy::reduce_scatter(Buffer input, Buffer output, ReduceOp op, Deadline deadline) {
@@ -154,17 +165,17 @@ void Hierarchy::reduce_scatter(Buffer input, Buffer output, ReduceOp op, Deadlin
   pipelined_pieces(
       c, chunks,
       [&](std::size_t k, std::size_t begin, std::size_t length) {
-        for_each_piece(Order::ByLane, [&](std::size_t piece, std::size_t rank) {
-          copy_bytes(ordered + piece * length * e, in + rank * block + begin * e, length * e);
-        });
-        host_->reduce_scatter(over(ordered, output, locals * hosts * length), over(lane(k), output, hosts * length), op,
-                              deadline);
+    for_each_piece(Order::ByLane, [&](std::size_t piece, std::size_t rank) {
+      copy_bytes(ordered + piece * length * e, in + rank * block + begin * e, length * e);
+    });
+    host_->reduce_scatter(over(ordered, output, locals * hosts * length), over(lane(k), output, hosts * length), op,
+                          deadline);
       },
       [&](std::size_t k, std::size_t begin, std::size_t length) {
-        const std::vector<std::size_t> counts(hosts, length);
-        ring_reduce_scatter(*across_, over(lane(k), output, hosts * length), counts, op, deadline);
-        copy_bytes(static_cast<char*>(output.data) + begin * e, lane(k) + across_->rank() * length * e, length * e);
-      },
+    const std::vector<std::size_t> counts(hosts, length);
+    ring_reduce_scatter(*across_, over(lane(k), output, hosts * length), counts, op, deadline);
+    copy_bytes(static_cast<char*>(output.data) + begin * e, lane(k) + across_->rank() * length * e, length * e);
+  },
       [](std::size_t, std::size_t, std::size_t) {});
 }
 
@@ -188,23 +199,23 @@ void Hierarchy::leaders_all_gather(Buffer input, Buffer output, Deadline deadlin
   pipelined_pieces(
       c, chunks,
       [&](std::size_t k, std::size_t begin, std::size_t length) {
-        char* run = slot(k) + first_[static_cast<std::size_t>(plan_.host)] * length * e;
-        if (host_) {
-          host_->all_gather(part(input, begin, length), over(run, input, mine * length), deadline);
-        } else {
-          copy_bytes(run, static_cast<const char*>(input.data) + begin * e, length * e);
-        }
+    char* run = slot(k) + first_[static_cast<std::size_t>(plan_.host)] * length * e;
+    if (host_) {
+      host_->all_gather(part(input, begin, length), over(run, input, mine * length), deadline);
+    } else {
+      copy_bytes(run, static_cast<const char*>(input.data) + begin * e, length * e);
+    }
       },
       [&](std::size_t k, std::size_t, std::size_t length) {
-        if (plan_.local == 0) {
-          ring_all_gather(*across_, over(slot(k), input, world * length), host_counts(length), deadline);
-        }
-      },
+    if (plan_.local == 0) {
+      ring_all_gather(*across_, over(slot(k), input, world * length), host_counts(length), deadline);
+    }
+  },
       [&](std::size_t k, std::size_t begin, std::size_t length) {
-        if (host_) host_->broadcast(over(slot(k), input, world * length), 0, deadline);
-        for_each_piece(Order::ByHost, [&](std::size_t piece, std::size_t rank) {
-          copy_bytes(out + rank * block + begin * e, slot(k) + piece * length * e, length * e);
-        });
+    if (host_) host_->broadcast(over(slot(k), input, world * length), 0, deadline);
+    for_each_piece(Order::ByHost, [&](std::size_t piece, std::size_t rank) {
+      copy_bytes(out + rank * block + begin * e, slot(k) + piece * length * e, length * e);
+    });
       });
 }
 
@@ -222,21 +233,21 @@ void Hierarchy::leaders_reduce_scatter(Buffer input, Buffer output, ReduceOp op,
   pipelined_pieces(
       c, chunks,
       [&](std::size_t k, std::size_t begin, std::size_t length) {
-        for_each_piece(Order::ByHost, [&](std::size_t piece, std::size_t rank) {
-          copy_bytes(slot(k) + piece * length * e, in + rank * block + begin * e, length * e);
-        });
-        if (host_) host_->reduce(over(slot(k), output, world * length), op, 0, deadline);
+    for_each_piece(Order::ByHost, [&](std::size_t piece, std::size_t rank) {
+      copy_bytes(slot(k) + piece * length * e, in + rank * block + begin * e, length * e);
+    });
+    if (host_) host_->reduce(over(slot(k), output, world * length), op, 0, deadline);
       },
       [&](std::size_t k, std::size_t, std::size_t length) {
-        if (plan_.local == 0) {
-          ring_reduce_scatter(*across_, over(slot(k), output, world * length), host_counts(length), op, deadline);
-        }
-      },
+    if (plan_.local == 0) {
+      ring_reduce_scatter(*across_, over(slot(k), output, world * length), host_counts(length), op, deadline);
+    }
+  },
       [&](std::size_t k, std::size_t begin, std::size_t length) {
-        char* run = slot(k) + run_at * length * e;
-        if (host_) host_->broadcast(over(run, output, mine * length), 0, deadline);
-        copy_bytes(static_cast<char*>(output.data) + begin * e, run + static_cast<std::size_t>(plan_.local) * length * e,
-             length * e);
+    char* run = slot(k) + run_at * length * e;
+    if (host_) host_->broadcast(over(run, output, mine * length), 0, deadline);
+    copy_bytes(static_cast<char*>(output.data) + begin * e, run + static_cast<std::size_t>(plan_.local) * length * e,
+               length * e);
       });
 }
 

@@ -52,9 +52,9 @@ class Hierarchy {
   using Deadline = Backend::Deadline;
 
   struct Thresholds {
-    std::size_t stripe_bytes = 0;  // striped from this size up (smaller: the leaders' path)
-    std::size_t chunk_bytes = 0;   // pipeline chunk (0: one chunk)
-    std::size_t gather_chunk_bytes = 0;  // all_gather's and reduce_scatter's, of the group's data
+    std::size_t stripe_bytes = 0;         // striped from this size up (smaller: the leaders' path)
+    std::size_t chunk_bytes = 0;          // pipeline chunk (0: one chunk)
+    std::size_t gather_chunk_bytes = 0;   // all_gather's and reduce_scatter's, of the group's data
     std::size_t gather_stripe_bytes = 0;  // theirs striped from this size of the group's data up
   };
 

@@ -169,8 +169,9 @@ std::string FlightRecorder::path() const {
 std::string FlightRecorder::write(const std::string& reason, const FailureRecord* failure) {
   const std::string target = path();
   if (target.empty()) {
-    throw InvalidArgument("flight recorder: no process group has been created yet, so there is nothing to dump (and "
-                          "no rank to name the dump after)");
+    throw InvalidArgument(
+        "flight recorder: no process group has been created yet, so there is nothing to dump (and "
+        "no rank to name the dump after)");
   }
   FlightDump dump = snapshot(reason);
   if (failure) dump.failure = *failure;

@@ -59,8 +59,9 @@ void dump_on_signals(std::function<void(const std::string& reason)> dump) {
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) return;
       if (sig == SIGTERM) {
-        dump("SIGTERM: the process was told to stop (by ddprun when another worker failed, by a scheduler, "
-                      "or by kill)");
+        dump(
+            "SIGTERM: the process was told to stop (by ddprun when another worker failed, by a scheduler, "
+            "or by kill)");
         const char done = 1;
         [[maybe_unused]] auto w = ::write(g_written[1], &done, 1);
       } else {

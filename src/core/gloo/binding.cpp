@@ -62,12 +62,14 @@ void check_gloo_binding() {
   static std::optional<std::string> problem;
   std::call_once(once, [] {
     const std::vector<ResolvedGlooSymbol> resolved = {
-        {"gloo::transport::tcp::CreateDevice", object_of(reinterpret_cast<const void*>(&gloo::transport::tcp::CreateDevice))},
+        {"gloo::transport::tcp::CreateDevice",
+         object_of(reinterpret_cast<const void*>(&gloo::transport::tcp::CreateDevice))},
         {"gloo::allreduce", object_of(reinterpret_cast<const void*>(&gloo::allreduce))},
         {"gloo::rendezvous::Context::connectFullMesh",
          object_of(member_address(&gloo::rendezvous::Context::connectFullMesh))},
     };
-    problem = gloo_binding_problem(resolved, kPrivateGloo, object_of(reinterpret_cast<const void*>(&check_gloo_binding)));
+    problem =
+        gloo_binding_problem(resolved, kPrivateGloo, object_of(reinterpret_cast<const void*>(&check_gloo_binding)));
   });
   if (problem) throw Error(*problem);
 }

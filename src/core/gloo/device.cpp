@@ -43,8 +43,9 @@ gloo::transport::tcp::attr device_attr(const std::string& master_addr, const Glo
     throw IOError(cat("gloo cannot choose an address to listen on: this host's name ", quote(attr.hostname),
                       " does not resolve (no /etc/hosts entry or DNS record), and the ranks are not all in one "
                       "network namespace",
-                      master_addr.empty() ? std::string(" and no master address is known (file:// init)")
-                                          : cat(" and the master address ", quote(master_addr), " does not resolve either"),
+                      master_addr.empty()
+                          ? std::string(" and no master address is known (file:// init)")
+                          : cat(" and the master address ", quote(master_addr), " does not resolve either"),
                       ". Set GLOO_SOCKET_IFNAME to the interface that reaches the other hosts (see `ip addr`), or "
                       "add this host's name to /etc/hosts."));
   }
@@ -79,8 +80,9 @@ std::shared_ptr<gloo::transport::Device> shared_device(const std::string& master
     try {
       device = gloo::transport::tcp::CreateDevice(attr);
     } catch (const std::exception& e) {
-      throw IOError(cat("gloo cannot open a socket on ", attr.iface.empty() ? "address " + attr.hostname : "interface " + attr.iface,
-                        ": ", e.what(), ". Name the interface that reaches the other hosts with GLOO_SOCKET_IFNAME (see `ip addr`)."));
+      throw IOError(cat("gloo cannot open a socket on ",
+                        attr.iface.empty() ? "address " + attr.hostname : "interface " + attr.iface, ": ", e.what(),
+                        ". Name the interface that reaches the other hosts with GLOO_SOCKET_IFNAME (see `ip addr`)."));
     }
   }
   return device;

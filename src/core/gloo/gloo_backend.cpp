@@ -96,17 +96,23 @@ class GlooBackend final : public Backend {
 
   void all_reduce(Buffer data, ReduceOp op, Deadline deadline) override {
     if (data.bytes() <= doubling_bytes_) return doubling_all_reduce(data, op, deadline);
-    run<gloo::AllreduceOptions>("all_reduce", data.dtype, deadline, [&](auto& opts, auto* t) {
+    run<gloo::AllreduceOptions>(
+        "all_reduce", data.dtype, deadline,
+        [&](auto& opts, auto* t) {
       opts.setOutput(typed(data, t), data.count);
       opts.setReduceFunction(reduction(data.dtype, op));
-    }, [](auto& opts) { gloo::allreduce(opts); });
+        },
+        [](auto& opts) { gloo::allreduce(opts); });
   }
 
   void broadcast(Buffer data, int root, Deadline deadline) override {
-    run<gloo::BroadcastOptions>("broadcast", data.dtype, deadline, [&](auto& opts, auto* t) {
+    run<gloo::BroadcastOptions>(
+        "broadcast", data.dtype, deadline,
+        [&](auto& opts, auto* t) {
       opts.setOutput(typed(data, t), data.count);
       opts.setRoot(root);
-    }, [](auto& opts) { gloo::broadcast(opts); });
+        },
+        [](auto& opts) { gloo::broadcast(opts); });
   }
 
   void reduce(Buffer data, ReduceOp op, int root, Deadline deadline) override {
@@ -117,31 +123,43 @@ class GlooBackend final : public Backend {
       scratch.assign(static_cast<char*>(data.data), static_cast<char*>(data.data) + data.bytes());
       out.data = scratch.data();
     }
-    run<gloo::ReduceOptions>("reduce", data.dtype, deadline, [&](auto& opts, auto* t) {
+    run<gloo::ReduceOptions>(
+        "reduce", data.dtype, deadline,
+        [&](auto& opts, auto* t) {
       opts.setInput(typed(out, t), out.count);
       opts.setOutput(typed(out, t), out.count);
       opts.setRoot(root);
       opts.setReduceFunction(reduction(data.dtype, op));
-    }, [](auto& opts) { gloo::reduce(opts); });
+        },
+        [](auto& opts) { gloo::reduce(opts); });
   }
 
   void all_gather(Buffer input, Buffer output, Deadline deadline) override {
-    run<gloo::AllgatherOptions>("all_gather", input.dtype, deadline, [&](auto& opts, auto* t) {
-      if (input.data != static_cast<char*>(output.data) + rank_ * input.bytes()) opts.setInput(typed(input, t), input.count);
+    run<gloo::AllgatherOptions>(
+        "all_gather", input.dtype, deadline,
+        [&](auto& opts, auto* t) {
+      if (input.data != static_cast<char*>(output.data) + rank_ * input.bytes())
+        opts.setInput(typed(input, t), input.count);
       opts.setOutput(typed(output, t), output.count);
-    }, [](auto& opts) { gloo::allgather(opts); });
+        },
+        [](auto& opts) { gloo::allgather(opts); });
   }
 
   void gather(Buffer input, Buffer output, int root, Deadline deadline) override {
-    run<gloo::GatherOptions>("gather", input.dtype, deadline, [&](auto& opts, auto* t) {
+    run<gloo::GatherOptions>(
+        "gather", input.dtype, deadline,
+        [&](auto& opts, auto* t) {
       opts.setInput(typed(input, t), input.count);
       if (rank_ == root) opts.setOutput(typed(output, t), output.count);
       opts.setRoot(root);
-    }, [](auto& opts) { gloo::gather(opts); });
+        },
+        [](auto& opts) { gloo::gather(opts); });
   }
 
   void scatter(Buffer input, Buffer output, int root, Deadline deadline) override {
-    run<gloo::ScatterOptions>("scatter", output.dtype, deadline, [&](auto& opts, auto* t) {
+    run<gloo::ScatterOptions>(
+        "scatter", output.dtype, deadline,
+        [&](auto& opts, auto* t) {
       using T = std::remove_pointer_t<decltype(t)>;
       if (rank_ == root) {
         std::vector<T*> chunks;
@@ -150,21 +168,25 @@ class GlooBackend final : public Backend {
       }
       opts.setOutput(typed(output, t), output.count);
       opts.setRoot(root);
-    }, [](auto& opts) { gloo::scatter(opts); });
+        },
+        [](auto& opts) { gloo::scatter(opts); });
   }
 
   // reduce_scatter: Gloo has no general one; Backend's default all-reduces a copy.
 
   void all_to_all(Buffer input, Buffer output, Deadline deadline) override {
-    run<gloo::AlltoallOptions>("all_to_all", input.dtype, deadline, [&](auto& opts, auto* t) {
+    run<gloo::AlltoallOptions>(
+        "all_to_all", input.dtype, deadline,
+        [&](auto& opts, auto* t) {
       opts.setInput(typed(input, t), input.count);
       opts.setOutput(typed(output, t), output.count);
-    }, [](auto& opts) { gloo::alltoall(opts); });
+        },
+        [](auto& opts) { gloo::alltoall(opts); });
   }
 
   void barrier(Deadline deadline) override {
-    run<gloo::BarrierOptions>("barrier", DataType::UInt8, deadline, [](auto&, auto*) {},
-                              [](auto& opts) { gloo::barrier(opts); });
+    run<gloo::BarrierOptions>(
+        "barrier", DataType::UInt8, deadline, [](auto&, auto*) {}, [](auto& opts) { gloo::barrier(opts); });
   }
 
   Waiter post_send(Buffer data, int dst, std::uint32_t tag) override {
@@ -225,7 +247,8 @@ class GlooBackend final : public Backend {
       const std::size_t bytes = data.bytes();
       const Header header{data.count, static_cast<std::uint32_t>(data.dtype), static_cast<std::uint32_t>(op)};
       if (work_.size() < kHeader + bytes) work_.resize(kHeader + bytes);
-      if (scratch_.size() < kHeader + std::max(bytes, doubling_bytes_)) scratch_.resize(kHeader + std::max(bytes, doubling_bytes_));
+      if (scratch_.size() < kHeader + std::max(bytes, doubling_bytes_))
+        scratch_.resize(kHeader + std::max(bytes, doubling_bytes_));
       std::memcpy(work_.data(), &header, kHeader);
       std::memcpy(work_.data() + kHeader, data.data, bytes);
       char* values = work_.data() + kHeader;
@@ -280,9 +303,7 @@ class GlooBackend final : public Backend {
   }
 
   // The group rank of this context's rank `r` (a lane's or the hosts' leaders' context is not the group's).
-  int group_rank(int r) const {
-    return group_ranks_.empty() ? r : group_ranks_.at(static_cast<std::size_t>(r));
-  }
+  int group_rank(int r) const { return group_ranks_.empty() ? r : group_ranks_.at(static_cast<std::size_t>(r)); }
 
   template <typename T>
   static T* typed(const Buffer& b, T*) {
@@ -290,7 +311,9 @@ class GlooBackend final : public Backend {
   }
 
   static gloo::AllreduceOptions::Func reduction(DataType dtype, ReduceOp op) {
-    return [dtype, op](void* out, const void* a, const void* b, std::size_t n) { detail::reduce(out, a, b, n, dtype, op); };
+    return [dtype, op](void* out, const void* a, const void* b, std::size_t n) {
+      detail::reduce(out, a, b, n, dtype, op);
+    };
   }
 
   // Gloo matches messages by slot. Collectives run one at a time, so a counter keeps them apart;

@@ -67,11 +67,15 @@ std::string explain_gloo_termination(std::string_view what, const std::vector<st
   static const std::regex overflow(R"(op\.preamble\.length <= op\.nbytes\. (\d+) vs (\d+))");
   if (std::regex_search(what.begin(), what.end(), m, overflow)) {
     return cat("Gloo's network thread ends this process: a peer sent a message of ", m[1].str(),
-               " bytes for a receive of ", m[2].str(), " bytes. The ranks called collectives of different sizes or "
-               "types (", ops, "; a peer's error names what it called). Every rank must call the same collectives, "
+               " bytes for a receive of ", m[2].str(),
+               " bytes. The ranks called collectives of different sizes or "
+               "types (",
+               ops,
+               "; a peer's error names what it called). Every rank must call the same collectives, "
                "with the same sizes and types, in the same order: for uneven inputs use ddp::join. With DDP_DEBUG=1 "
                "every rank compares its call with the others' before any data moves and fails naming each "
-               "rank's call, instead of ending the process. (Gloo: ", what, ")");
+               "rank's call, instead of ending the process. (Gloo: ",
+               what, ")");
   }
   return cat("Gloo's network thread ends this process: ", what, " (", ops, ")");
 }

@@ -27,7 +27,9 @@ bool same_type(const BackendChoice& choice, const Device& device) { return choic
 
 // The buffer whose device decides an op's backend: its input, or its output where only that has
 // elements (scatter off the root).
-const Buffer& deciding_buffer(const Op& op) { return op.input.count > 0 || op.output.count == 0 ? op.input : op.output; }
+const Buffer& deciding_buffer(const Op& op) {
+  return op.input.count > 0 || op.output.count == 0 ? op.input : op.output;
+}
 
 }  // namespace
 
@@ -59,7 +61,8 @@ std::vector<BackendChoice> parse_backend_spec(const std::string& spec) {
     }
     for (const auto& earlier : choices) {
       if (earlier.device.has_value() != choice.device.has_value()) {
-        throw InvalidArgument(cat("backend ", quote(spec), " mixes a plain backend with device-keyed ones; ", kSpecHelp));
+        throw InvalidArgument(
+            cat("backend ", quote(spec), " mixes a plain backend with device-keyed ones; ", kSpecHelp));
       }
       if (choice.device && earlier.device == choice.device) {
         throw InvalidArgument(cat("backend ", quote(spec), " names device type ", device_type_name(*choice.device),

@@ -11,8 +11,7 @@ std::string where(const PeerState& p) {
   if (!p.progress || p.progress->started == 0) return "it has not started any collective in this group";
   const auto& r = *p.progress;
   std::string last = describe(r.last);
-  return r.finished >= r.started ? cat("its last was ", last, ", finished")
-                                 : cat("it is in ", last, ", not finished");
+  return r.finished >= r.started ? cat("its last was ", last, ", finished") : cat("it is in ", last, ", not finished");
 }
 
 std::string rank_name(const PeerState& p) {

@@ -18,10 +18,10 @@ class Store;
 namespace ddp::detail {
 
 struct PeerState {
-  int rank = 0;                           // group rank
+  int rank = 0;  // group rank
   int global_rank = 0;
-  std::optional<ProgressRecord> progress; // none: never published
-  std::optional<std::string> lost;        // set when the store recorded the rank as lost
+  std::optional<ProgressRecord> progress;  // none: never published
+  std::optional<std::string> lost;         // set when the store recorded the rank as lost
 };
 
 struct Diagnosis {

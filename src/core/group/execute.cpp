@@ -15,8 +15,7 @@ void execute(Backend& backend, const Op& op, Backend::Deadline deadline) {
   switch (op.type) {
     case OpType::AllReduce:
     case OpType::Reduce:
-    case OpType::ReduceScatter:
-      return run_reduction(backend, op, deadline);
+    case OpType::ReduceScatter: return run_reduction(backend, op, deadline);
     case OpType::Broadcast: return backend.broadcast(op.input, op.root, deadline);
     case OpType::AllGather: return backend.all_gather(op.input, op.output, deadline);
     case OpType::Gather: return backend.gather(op.input, op.output, op.root, deadline);

@@ -20,8 +20,12 @@ std::string failing_key(int rank) { return "failing/" + std::to_string(rank); }
 
 FailureHandler::FailureHandler(std::shared_ptr<Store> diag, std::string group, int rank, std::vector<int> global_ranks,
                                std::vector<BackendChoice> backends)
-    : diag_(std::move(diag)), root_(&unprefixed(*diag_)), group_(std::move(group)), rank_(rank),
-      global_ranks_(std::move(global_ranks)), backends_(std::move(backends)) {}
+    : diag_(std::move(diag)),
+      root_(&unprefixed(*diag_)),
+      group_(std::move(group)),
+      rank_(rank),
+      global_ranks_(std::move(global_ranks)),
+      backends_(std::move(backends)) {}
 
 std::string FailureHandler::where(const Op& op) const {
   std::string text = cat(describe(op), " in group '", group_, "' on rank ", rank_);
@@ -146,7 +150,8 @@ std::optional<std::pair<int, std::string>> FailureHandler::first_failure(bool pr
   try {
     for (int r = 0; r < static_cast<int>(global_ranks_.size()); ++r) {
       if (r == rank_) continue;
-      if (diag_->check({failed_key(r)})) return std::pair(r, cat("Rank ", r, " failed first: ", diag_->get(failed_key(r))));
+      if (diag_->check({failed_key(r)}))
+        return std::pair(r, cat("Rank ", r, " failed first: ", diag_->get(failed_key(r))));
       if (provisional && diag_->check({failing_key(r)})) {
         return std::pair(r, cat("Rank ", r, " failed first: ", diag_->get(failing_key(r))));
       }

@@ -84,14 +84,14 @@ Missing wait_for_ranks(Store& store, const std::string& prefix, int size, std::c
 }  // namespace
 
 void await_members(Store& store, const std::string& name, int rank, int size, std::chrono::milliseconds timeout,
-                const std::exception_ptr& unusable) {
+                   const std::exception_ptr& unusable) {
   const std::string me = identity();
   if (unusable) {  // the others hear why at once instead of waiting for this rank until their timeout
     const ErrorInfo why = classify(unusable);
     try {
-      store.compare_set("join_error", "",
-                        encode(why.kind, cat("rank ", rank, " (", me, ") cannot take part in group '", name, "': ",
-                                             why.message)));
+      store.compare_set(
+          "join_error", "",
+          encode(why.kind, cat("rank ", rank, " (", me, ") cannot take part in group '", name, "': ", why.message)));
     } catch (...) {
     }
     wait_until_seen(store, size);
@@ -105,9 +105,9 @@ void await_members(Store& store, const std::string& name, int rank, int size, st
   }
   const std::string claimed = store.compare_set("size", "", cat(size, " (said by rank ", rank, ", ", me, ")"));
   if (parse_int(claimed.substr(0, claimed.find(' '))).value_or(-1) != size) {
-    join_failed(store, cat("ranks disagree on the size of group '", name, "': rank ", rank, " (", me,
-                           ") has world size ", size, ", but the size is ", claimed,
-                           ". Start every process with the same WORLD_SIZE."));
+    join_failed(
+        store, cat("ranks disagree on the size of group '", name, "': rank ", rank, " (", me, ") has world size ", size,
+                   ", but the size is ", claimed, ". Start every process with the same WORLD_SIZE."));
   }
   store.set(cat("joined/", rank), me);
   const auto missing = wait_for_ranks(store, "joined/", size, timeout);

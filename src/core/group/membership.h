@@ -33,7 +33,7 @@ class RanksMissingError : public TimeoutError {
 // machine, e.g. a GPU that LOCAL_RANK names but the process cannot see): it is recorded as the
 // join error, which the others throw at once naming this rank, and rethrown here.
 void await_members(Store& store, const std::string& name, int rank, int size, std::chrono::milliseconds timeout,
-                const std::exception_ptr& unusable = nullptr);
+                   const std::exception_ptr& unusable = nullptr);
 
 // After the backend has connected: blocks until every rank's has (key connected/<r>), so that no
 // rank returns from creating the group, and may destroy it at once, while a slower peer is still

@@ -117,11 +117,13 @@ void init_process_group(const std::string& backend_name, InitOptions options) {
                                 "): set WORLD_SIZE or pass InitOptions{.world_size = N}"));
     }
     if (rank < 0 || rank >= world_size) {
-      throw InvalidArgument(cat("RANK ", rank, " is outside the world of ", world_size, " processes: ranks go from 0 to ",
-                                world_size - 1, ". Check RANK and WORLD_SIZE (or InitOptions)."));
+      throw InvalidArgument(cat("RANK ", rank, " is outside the world of ", world_size,
+                                " processes: ranks go from 0 to ", world_size - 1,
+                                ". Check RANK and WORLD_SIZE (or InitOptions)."));
     }
     // "" as in PyTorch 2.x: gloo for CPU tensors, and NCCL for CUDA ones where CUDA is usable.
-    const std::string backend = backend_name.empty() ? detail::default_backend_spec(detail::cuda_available()) : backend_name;
+    const std::string backend =
+        backend_name.empty() ? detail::default_backend_spec(detail::cuda_available()) : backend_name;
     detail::parse_backend_spec(backend);  // a malformed spec fails before any waiting
 
     std::shared_ptr<Store> store = options.store;
@@ -173,9 +175,7 @@ std::string get_backend(const std::shared_ptr<ProcessGroup>& group) {
   return std::string(require(group, "get_backend")->backend_name());
 }
 
-void barrier(const std::shared_ptr<ProcessGroup>& group) {
-  require(group, "barrier")->barrier(Launch::OnWait)->wait();
-}
+void barrier(const std::shared_ptr<ProcessGroup>& group) { require(group, "barrier")->barrier(Launch::OnWait)->wait(); }
 
 std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks, std::optional<std::chrono::milliseconds> timeout,
                                         const std::string& backend) {

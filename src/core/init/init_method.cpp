@@ -22,7 +22,8 @@ InitMethod parse_init_method(const std::string& url) {
     std::string port_text;
     if (!rest.empty() && rest.front() == '[') {
       auto close = rest.find(']');
-      if (close == std::string::npos || close + 1 >= rest.size() || rest[close + 1] != ':') bad(url, "an IPv6 address needs the form [addr]:port");
+      if (close == std::string::npos || close + 1 >= rest.size() || rest[close + 1] != ':')
+        bad(url, "an IPv6 address needs the form [addr]:port");
       m.host = rest.substr(1, close - 1);
       port_text = rest.substr(close + 2);
     } else {
@@ -33,7 +34,8 @@ InitMethod parse_init_method(const std::string& url) {
     }
     if (m.host.empty()) bad(url, "no host");
     auto port = parse_int(port_text);
-    if (!port || *port < 1 || *port > 65535) bad(url, cat("the port ", quote(port_text), " is not a number from 1 to 65535"));
+    if (!port || *port < 1 || *port > 65535)
+      bad(url, cat("the port ", quote(port_text), " is not a number from 1 to 65535"));
     m.port = static_cast<std::uint16_t>(*port);
     return m;
   }

@@ -9,9 +9,9 @@ namespace ddp::detail {
 struct InitMethod {
   enum class Kind { Env, Tcp, File };
   Kind kind = Kind::Env;
-  std::string host;         // tcp
-  std::uint16_t port = 0;   // tcp
-  std::string path;         // file
+  std::string host;        // tcp
+  std::uint16_t port = 0;  // tcp
+  std::string path;        // file
 };
 
 // "env://", "tcp://host:port", "tcp://[v6addr]:port", "file:///abs/path".

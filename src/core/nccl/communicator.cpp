@@ -97,11 +97,11 @@ Communicator::Communicator(Store& store, const std::string& key, int rank, int s
                            ") was not set up within the timeout. A rank may have died, or NCCL cannot connect the "
                            "ranks: check NCCL_SOCKET_IFNAME and the firewall, and run with NCCL_DEBUG=INFO"));
   }
-  throw Error(cat(name_, ": setting up the NCCL communicator (rank ", rank, " of ", size, " on cuda:", device,
-                  ") failed: ", text,
-                  result == ncclInvalidUsage ? ". If two ranks share a GPU: NCCL needs one GPU per rank (set LOCAL_RANK "
-                                               "per process, or use gloo for several ranks on one GPU)"
-                                             : ". Run with NCCL_DEBUG=INFO for NCCL's own account"));
+  throw Error(cat(
+      name_, ": setting up the NCCL communicator (rank ", rank, " of ", size, " on cuda:", device, ") failed: ", text,
+      result == ncclInvalidUsage ? ". If two ranks share a GPU: NCCL needs one GPU per rank (set LOCAL_RANK "
+                                   "per process, or use gloo for several ranks on one GPU)"
+                                 : ". Run with NCCL_DEBUG=INFO for NCCL's own account"));
 }
 
 Communicator::~Communicator() {
@@ -174,8 +174,9 @@ void Communicator::wait(cudaEvent_t event, std::string_view what, Deadline deadl
     if (round % 8 == 0) check_async(what);
     if (Clock::now() >= deadline) {
       abort(cat(what, " timed out"));
-      throw TimeoutError(cat(what, ": NCCL had not finished it when the timeout ran out (its kernel was still waiting "
-                                   "for peers); the NCCL communicator '",
+      throw TimeoutError(cat(what,
+                             ": NCCL had not finished it when the timeout ran out (its kernel was still waiting "
+                             "for peers); the NCCL communicator '",
                              name_, "' was aborted so that the GPU is released"));
     }
     backoff.pause();

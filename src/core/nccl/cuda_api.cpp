@@ -7,17 +7,16 @@
 
 namespace ddp::detail::cuda {
 
-std::string describe(cudaError_t error) {
-  return cat(cudaGetErrorName(error), " (", cudaGetErrorString(error), ")");
-}
+std::string describe(cudaError_t error) { return cat(cudaGetErrorName(error), " (", cudaGetErrorString(error), ")"); }
 
 void check(cudaError_t error, std::string_view what) {
   if (error == cudaSuccess) return;
   cudaGetLastError();  // clears a non-sticky error
   std::string hint;
   if (error == cudaErrorNoDevice || error == cudaErrorInsufficientDriver) {
-    hint = ". Is the NVIDIA driver installed and new enough for this CUDA runtime (nvidia-smi), and does "
-           "CUDA_VISIBLE_DEVICES list a GPU?";
+    hint =
+        ". Is the NVIDIA driver installed and new enough for this CUDA runtime (nvidia-smi), and does "
+        "CUDA_VISIBLE_DEVICES list a GPU?";
   } else if (error == cudaErrorInvalidDevice) {
     hint = ". The device number is not one this process can see (CUDA_VISIBLE_DEVICES, nvidia-smi)";
   } else if (error == cudaErrorMemoryAllocation) {

@@ -257,7 +257,8 @@ class NcclBackend final : public Backend {
     Staged staged_in(input, true, stream, device_);
     Staged staged_out(output, !in_place, stream, device_);
     if (in_place) output.data = input.data;
-    comm_->enqueue(what, [&](ncclComm_t c) { return calls(c, stream); }, deadline);
+    comm_->enqueue(
+        what, [&](ncclComm_t c) { return calls(c, stream); }, deadline);
     done_->record(stream, what);
     comm_->wait(done_->get(), what, deadline);
     (in_place ? staged_in : staged_out).copy_back();

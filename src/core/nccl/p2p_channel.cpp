@@ -102,10 +102,13 @@ void P2PChannel::start(Transfer& transfer) {
   cuda::wait_until_ready(stream_->get(), {&data}, *mark_, what_);
   const cudaStream_t stream = stream_->get();
   const int peer = self_ == from_ ? 1 : 0;  // its rank in the 2-rank communicator
-  comm->enqueue(what_, [&](ncclComm_t c) {
+  comm->enqueue(
+      what_,
+      [&](ncclComm_t c) {
     return self_ == from_ ? ncclSend(data.data, data.count, cuda::nccl_type(data.dtype), peer, c, stream)
                           : ncclRecv(data.data, data.count, cuda::nccl_type(data.dtype), peer, c, stream);
-  }, transfer.deadline);
+      },
+      transfer.deadline);
   transfer.done->record(stream, what_);
   std::lock_guard lock(transfer.mutex);
   transfer.comm = std::move(comm);

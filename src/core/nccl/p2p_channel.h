@@ -49,9 +49,9 @@ class P2PChannel {
   std::chrono::milliseconds timeout_;
   std::string what_;  // "send to rank 2", "recv from rank 0"
 
-  std::mutex mutex_;                   // guards comm_ and aborted_
+  std::mutex mutex_;                    // guards comm_ and aborted_
   std::shared_ptr<Communicator> comm_;  // set up by the first transfer
-  std::string aborted_;                // why, when aborted before comm_ existed
+  std::string aborted_;                 // why, when aborted before comm_ existed
   std::unique_ptr<cuda::Stream> stream_;
   std::unique_ptr<cuda::Event> mark_;
   std::unique_ptr<Worker> thread_;  // last: joined first

@@ -30,8 +30,7 @@ int remaining_ms(Clock::time_point deadline) {
 }
 
 // Waits until fd is ready for `events`; throws TimeoutError at the deadline.
-void wait_ready(int fd, short events, Clock::time_point deadline, std::string_view peer,
-                std::string_view doing) {
+void wait_ready(int fd, short events, Clock::time_point deadline, std::string_view peer, std::string_view doing) {
   for (;;) {
     pollfd p{fd, events, 0};
     int ms = remaining_ms(deadline);
@@ -72,8 +71,7 @@ void set_nodelay(int fd) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
-Fd connect_with_retry(const std::string& host, std::uint16_t port, Clock::time_point deadline,
-                      std::string_view what) {
+Fd connect_with_retry(const std::string& host, std::uint16_t port, Clock::time_point deadline, std::string_view what) {
   const auto start = Clock::now();
   auto backoff = std::chrono::milliseconds(10);
   std::string last_error = "no attempt made";
@@ -91,8 +89,8 @@ Fd connect_with_retry(const std::string& host, std::uint16_t port, Clock::time_p
         // Said at once, not only at the deadline (30 minutes by default): a name that does not
         // resolve (localhost without /etc/hosts, a typo) rarely starts resolving later.
         log(LogLevel::Warn, "connecting to ", what, " at ", host, ":", port, ": ", last_error,
-            "; retrying until the timeout (", format_duration(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                 deadline - Clock::now())),
+            "; retrying until the timeout (",
+            format_duration(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now())),
             "). Use an IP address (e.g. MASTER_ADDR=127.0.0.1 on one machine) or add the name to /etc/hosts.");
         told_unresolved = true;
       }
@@ -135,8 +133,8 @@ Fd connect_with_retry(const std::string& host, std::uint16_t port, Clock::time_p
     backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
   }
   auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
-  throw TimeoutError(cat("could not connect to ", what, " at ", host, ":", port, " after ",
-                         format_duration(waited), " (last error: ", last_error,
+  throw TimeoutError(cat("could not connect to ", what, " at ", host, ":", port, " after ", format_duration(waited),
+                         " (last error: ", last_error,
                          "). Check that the process hosting it (rank 0 or the launcher) is "
                          "running, that MASTER_ADDR and MASTER_PORT name it, and that no "
                          "firewall blocks the port."));
@@ -204,8 +202,7 @@ void send_all(int fd, std::string_view data, Clock::time_point deadline, std::st
   }
 }
 
-bool recv_exact(int fd, char* out, std::size_t size, Clock::time_point deadline,
-                std::string_view peer) {
+bool recv_exact(int fd, char* out, std::size_t size, Clock::time_point deadline, std::string_view peer) {
   std::size_t got = 0;
   while (got < size) {
     ssize_t n = ::recv(fd, out + got, size - got, MSG_DONTWAIT);

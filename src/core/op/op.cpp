@@ -28,32 +28,25 @@ std::string_view to_string(OpType type) {
 std::size_t Op::agreed_count() const {
   switch (type) {
     case OpType::Scatter:
-    case OpType::ReduceScatter:
-      return output.count;
-    case OpType::Barrier:
-      return 0;
-    default:
-      return input.count;
+    case OpType::ReduceScatter: return output.count;
+    case OpType::Barrier: return 0;
+    default: return input.count;
   }
 }
 
-DataType Op::agreed_dtype() const {
-  return type == OpType::Scatter ? output.dtype : input.dtype;
-}
+DataType Op::agreed_dtype() const { return type == OpType::Scatter ? output.dtype : input.dtype; }
 
 namespace {
 
 bool has_root(OpType t) {
   return t == OpType::Broadcast || t == OpType::Reduce || t == OpType::Gather || t == OpType::Scatter;
 }
-bool has_reduce_op(OpType t) {
-  return t == OpType::AllReduce || t == OpType::Reduce || t == OpType::ReduceScatter;
-}
+bool has_reduce_op(OpType t) { return t == OpType::AllReduce || t == OpType::Reduce || t == OpType::ReduceScatter; }
 
 void check_buffer(const Op& op, const Buffer& b, const char* which) {
   if (b.count > 0 && b.data == nullptr) {
-    throw InvalidArgument(cat(to_string(op.type), ": the ", which, " buffer has ", b.count,
-                              " elements but a null data pointer"));
+    throw InvalidArgument(
+        cat(to_string(op.type), ": the ", which, " buffer has ", b.count, " elements but a null data pointer"));
   }
 }
 
@@ -85,16 +78,17 @@ void validate(const Op& op, int rank, int size) {
   if (op.type == OpType::Send || op.type == OpType::Recv) {
     const char* role = op.type == OpType::Send ? "destination" : "source";
     if (op.peer < 0 || op.peer >= size) {
-      throw InvalidArgument(cat(name, ": ", role, " rank ", op.peer, " is not a rank of this group (ranks 0 to ",
-                                size - 1, ")"));
+      throw InvalidArgument(
+          cat(name, ": ", role, " rank ", op.peer, " is not a rank of this group (ranks 0 to ", size - 1, ")"));
     }
     if (op.peer == rank) {
-      throw InvalidArgument(cat(name, ": ", role, " rank ", op.peer, " is this rank; a rank cannot ", name, " to itself"));
+      throw InvalidArgument(
+          cat(name, ": ", role, " rank ", op.peer, " is this rank; a rank cannot ", name, " to itself"));
     }
   }
   if (has_reduce_op(op.type) && !op_is_valid(op.input.dtype, op.reduce_op)) {
-    throw InvalidArgument(cat(name, ": ", to_string(op.reduce_op), " is a bitwise operation and needs an integer type, not ",
-                              to_string(op.input.dtype)));
+    throw InvalidArgument(cat(name, ": ", to_string(op.reduce_op),
+                              " is a bitwise operation and needs an integer type, not ", to_string(op.input.dtype)));
   }
   check_buffer(op, op.input, "input");
   check_buffer(op, op.output, "output");
@@ -128,8 +122,7 @@ void validate(const Op& op, int rank, int size) {
                                   " equal chunks; the count must be a multiple of the world size"));
       }
       break;
-    default:
-      break;
+    default: break;
   }
 }
 

@@ -10,9 +10,10 @@ namespace ddp::detail {
 namespace {
 
 constexpr std::string_view kRecordHeader = "ddp-failure 1";
-constexpr std::array<std::string_view, 6> kKindNames = {"invalid_argument", "timeout", "peer_lost", "mismatch", "io", "other"};
-constexpr std::array<std::string_view, 12> kRecordFields = {"kind", "rank",   "group",      "op",    "seq",    "lost",
-                                                      "behind", "inside", "mismatched", "first", "detail", "message"};
+constexpr std::array<std::string_view, 6> kKindNames = {"invalid_argument", "timeout", "peer_lost",
+                                                        "mismatch",         "io",      "other"};
+constexpr std::array<std::string_view, 12> kRecordFields = {
+    "kind", "rank", "group", "op", "seq", "lost", "behind", "inside", "mismatched", "first", "detail", "message"};
 
 // One line per field: newlines and backslashes escaped.
 std::string escaped_line(std::string_view text) {

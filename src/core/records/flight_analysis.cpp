@@ -12,7 +12,9 @@ namespace {
 
 using Kind = FlightFinding::Kind;
 
-std::string ranks_phrase(const std::vector<int>& ranks) { return cat(ranks.size() == 1 ? "rank " : "ranks ", join(ranks)); }
+std::string ranks_phrase(const std::vector<int>& ranks) {
+  return cat(ranks.size() == 1 ? "rank " : "ranks ", join(ranks));
+}
 
 std::string ns_text(std::int64_t ns) {
   char text[32];
@@ -46,12 +48,12 @@ std::vector<std::pair<GroupKey, std::uint32_t>> groups_of(const FlightDump& d) {
 // One rank as one group sees it.
 struct Member {
   int rank = 0;
-  const FlightDump* dump = nullptr;  // null: no dump
-  bool elsewhere = false;            // no dump expected here
-  bool unknown = false;              // its dump kept none of the group's entries (the ring moved on)
+  const FlightDump* dump = nullptr;                     // null: no dump
+  bool elsewhere = false;                               // no dump expected here
+  bool unknown = false;                                 // its dump kept none of the group's entries (the ring moved on)
   std::map<std::uint64_t, const FlightEntry*> entries;  // the group's collectives, by sequence number
-  std::uint64_t known_from = 0;                          // earlier ones were dropped from its ring
-  std::uint64_t issued = 0;                              // 1 + the last sequence number it called
+  std::uint64_t known_from = 0;                         // earlier ones were dropped from its ring
+  std::uint64_t issued = 0;                             // 1 + the last sequence number it called
 
   bool present() const { return dump && !unknown; }
   const FlightEntry* at(std::uint64_t seq) const {
@@ -166,8 +168,8 @@ FlightFinding examine(const GroupView& g, std::vector<std::string>& lines) {
         if (with_most > 1 || ranks.size() < most) f.ranks.insert(f.ranks.end(), ranks.begin(), ranks.end());
       }
       std::sort(f.ranks.begin(), f.ranks.end());
-      lines.push_back(cat(where, ": the ranks called different collectives at sequence number ", s, ": ",
-                          join(parts, "; ")));
+      lines.push_back(
+          cat(where, ": the ranks called different collectives at sequence number ", s, ": ", join(parts, "; ")));
       return f;
     }
     const FlightEntry* called = calls.empty() ? nullptr : example.begin()->second;
@@ -180,7 +182,8 @@ FlightFinding examine(const GroupView& g, std::vector<std::string>& lines) {
                           " never did"));
       for (const auto& m : g.members) {
         if (std::find(lacking.begin(), lacking.end(), m.rank) != lacking.end()) {
-          lines.push_back(cat("  rank ", m.rank, ": ", last_of(m), " (stopped, busy outside ddp's collectives, or "
+          lines.push_back(cat("  rank ", m.rank, ": ", last_of(m),
+                              " (stopped, busy outside ddp's collectives, or "
                               "out of the loop early?)"));
         }
       }
@@ -193,12 +196,13 @@ FlightFinding examine(const GroupView& g, std::vector<std::string>& lines) {
     }
     f.seq = s;
     const std::vector<int> waited = calls.empty() ? std::vector<int>{} : calls.begin()->second;
-    const std::string before = any_done ? cat("; every collective before it finished (the last: #", last_done, ")") : "";
+    const std::string before =
+        any_done ? cat("; every collective before it finished (the last: #", last_done, ")") : "";
     if (!absent.empty()) {
       f.kind = Kind::NoDump;
       f.ranks = absent;
-      lines.push_back(cat(where, ": ", ranks_phrase(waited), " waited at ", describe(*called), ", which never finished",
-                          before));
+      lines.push_back(
+          cat(where, ": ", ranks_phrase(waited), " waited at ", describe(*called), ", which never finished", before));
       lines.push_back(cat("  ", ranks_phrase(absent), " left no dump: killed, or stopped before ",
                           absent.size() == 1 ? "it" : "they", " could write one"));
       return f;
@@ -214,8 +218,9 @@ FlightFinding examine(const GroupView& g, std::vector<std::string>& lines) {
     f.kind = Kind::Stuck;
     if (late >= 0) f.ranks = {late};
     lines.push_back(cat(where, ": every rank reached ", describe(*called), " and it did not finish", before,
-                        late >= 0 ? cat("; the last to arrive was rank ", late, ", ", ns_text(after), " after the first")
-                                  : std::string()));
+                        late >= 0
+                            ? cat("; the last to arrive was rank ", late, ", ", ns_text(after), " after the first")
+                            : std::string()));
     return f;
   }
   if (!absent.empty()) {
@@ -257,8 +262,8 @@ void slow_arrivals(const GroupView& g, std::vector<std::string>& lines) {
     std::sort(delays.begin(), delays.end());
     const std::int64_t median = delays[delays.size() / 2];
     if (median < 1'000'000) continue;  // under a millisecond: noise
-    lines.push_back(cat("slowest to arrive in group '", g.name, "': rank ", rank, ", the last at ", delays.size(), " of ",
-                        considered, " collectives, a median ", ns_text(median), " after the first"));
+    lines.push_back(cat("slowest to arrive in group '", g.name, "': rank ", rank, ", the last at ", delays.size(),
+                        " of ", considered, " collectives, a median ", ns_text(median), " after the first"));
   }
 }
 
@@ -312,8 +317,8 @@ FlightReport analyze(const std::vector<FlightDump>& dumps, const std::vector<int
   for (const auto& [rank, d] : by_rank) {
     if (!first || d->time_ns < first->time_ns) first = d;
   }
-  report.lines.push_back(cat("first dump: rank ", first->rank, " (pid ", first->pid, " on ", first->host, "): ",
-                             shorten(first->reason, 240)));
+  report.lines.push_back(cat("first dump: rank ", first->rank, " (pid ", first->pid, " on ", first->host,
+                             "): ", shorten(first->reason, 240)));
   for (const auto& [key, group] : groups) {
     const GroupView view = view_of(key, *group, by_rank, elsewhere);
     std::vector<std::string> lines;

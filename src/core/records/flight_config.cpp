@@ -11,8 +11,10 @@ std::size_t flight_capacity(const EnvLookup& env) {
   const auto n = parse_int(*value);
   if (!n || *n < 0 || static_cast<std::size_t>(*n) > kMaxFlightCapacity) {
     throw InvalidArgument(cat(kFlightRecorderVariable, "=", quote(*value), " is not a number of operations from 0 to ",
-                              kMaxFlightCapacity, ": set it to how many of its last collectives each rank keeps for "
-                              "its flight recorder dump (default ", kDefaultFlightCapacity, "), or 0 to turn it off"));
+                              kMaxFlightCapacity,
+                              ": set it to how many of its last collectives each rank keeps for "
+                              "its flight recorder dump (default ",
+                              kDefaultFlightCapacity, "), or 0 to turn it off"));
   }
   return static_cast<std::size_t>(*n);
 }

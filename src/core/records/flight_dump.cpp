@@ -56,7 +56,7 @@ std::optional<Enum> enum_named(std::string_view name, const Enum (&values)[N]) {
   return std::nullopt;
 }
 
-constexpr OpType kOps[] = {OpType::AllReduce, OpType::Broadcast, OpType::Reduce, OpType::AllGather,
+constexpr OpType kOps[] = {OpType::AllReduce, OpType::Broadcast, OpType::Reduce,        OpType::AllGather,
                            OpType::Gather,    OpType::Scatter,   OpType::ReduceScatter, OpType::AllToAll,
                            OpType::Barrier,   OpType::Send,      OpType::Recv};
 constexpr DataType kTypes[] = {DataType::Float32, DataType::Float64, DataType::Float16, DataType::BFloat16,
@@ -233,16 +233,16 @@ std::string encode(const FlightDump& d) {
   std::string out = cat(kMagic, " ", kVersion, "\n");
   out += cat("rank ", d.rank, "\npid ", d.pid, "\nhost ", escape(d.host), "\njob ", escape(d.job), "\nrestart ",
              d.restart, "\ntime_ns ", d.time_ns, "\nreason ", escape(d.reason), "\nfailure ",
-             d.failure ? escape(encode(*d.failure)) : std::string("-"), "\ncapacity ", d.capacity,
-             "\nrecorded ", d.recorded, "\ngroups ", d.groups.size(), "\n");
+             d.failure ? escape(encode(*d.failure)) : std::string("-"), "\ncapacity ", d.capacity, "\nrecorded ",
+             d.recorded, "\ngroups ", d.groups.size(), "\n");
   for (const auto& g : d.groups) {
     out += cat("group ", escape(g.name), " ", g.rank, " ", g.size, " ", ranks_text(g.global_ranks), "\n");
   }
   out += cat("entries ", d.entries.size(), "\n");
   for (const auto& e : d.entries) {
     out += cat(to_string(e.op), " ", e.group, " ", e.seq, " ", to_string(e.dtype), " ", e.count, " ", e.out_count, " ",
-               e.reduce ? to_string(*e.reduce) : std::string_view("-"), " ", e.root, " ", e.tag, " ", to_string(e.state),
-               " ", e.issued_ns, " ", e.started_ns, " ", e.ended_ns, " ", escape(e.frame), "\n");
+               e.reduce ? to_string(*e.reduce) : std::string_view("-"), " ", e.root, " ", e.tag, " ",
+               to_string(e.state), " ", e.issued_ns, " ", e.started_ns, " ", e.ended_ns, " ", escape(e.frame), "\n");
   }
   return out + "end\n";
 }
@@ -259,7 +259,8 @@ FlightDump parse_dump(std::string_view text, const std::string& source) {
   }
   const int version = in.number<int>(head[1], "the version");
   if (version != kVersion && version != 1) {
-    in.fail(cat("version ", version, "; this ddp reads version ", kVersion, " (use the ddp-trace of the ddp that wrote it)"));
+    in.fail(cat("version ", version, "; this ddp reads version ", kVersion,
+                " (use the ddp-trace of the ddp that wrote it)"));
   }
   FlightDump d;
   d.rank = in.number<int>(in.field("rank", 1)[0], "the rank", 0);
@@ -306,7 +307,8 @@ FlightDump read_dump(const std::string& path) {
   }
   if (static_cast<std::uint64_t>(st.st_size) > kMaxDumpBytes) {
     ::close(fd);
-    throw fault(cat(st.st_size, " bytes, more than the ", kMaxDumpBytes, " a dump can hold; it is not a flight recorder dump"));
+    throw fault(
+        cat(st.st_size, " bytes, more than the ", kMaxDumpBytes, " a dump can hold; it is not a flight recorder dump"));
   }
   // Bounded by the size the file has now: one that grows meanwhile is read to that size.
   std::string text(static_cast<std::size_t>(st.st_size), '\0');

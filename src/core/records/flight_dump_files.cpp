@@ -85,19 +85,20 @@ LoadedDumps load_dumps(const std::vector<std::string>& paths) {
       continue;
     }
     std::vector<std::string> files;
-    for (auto it = std::filesystem::directory_iterator(path, error); !error && it != std::filesystem::directory_iterator();
-         it.increment(error)) {
+    for (auto it = std::filesystem::directory_iterator(path, error);
+         !error && it != std::filesystem::directory_iterator(); it.increment(error)) {
       const std::string name = it->path().filename().string();
       if (is_dump_name(name)) files.push_back(it->path().string());
     }
-    if (error) out.problems.push_back(cat("flight recorder dumps: cannot list the folder ", path, ": ", error.message()));
+    if (error)
+      out.problems.push_back(cat("flight recorder dumps: cannot list the folder ", path, ": ", error.message()));
     std::sort(files.begin(), files.end());
     for (const auto& file : files) take(file);
   }
   if (read.empty()) return out;
   // The run of the newest dump: its job id and attempt.
-  const auto newest = std::max_element(read.begin(), read.end(),
-                                       [](const auto& a, const auto& b) { return a.second.time_ns < b.second.time_ns; });
+  const auto newest = std::max_element(
+      read.begin(), read.end(), [](const auto& a, const auto& b) { return a.second.time_ns < b.second.time_ns; });
   const std::string job = newest->second.job;
   const int restart = newest->second.restart;
   std::map<int, std::pair<std::string, FlightDump>> by_rank;

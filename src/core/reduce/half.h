@@ -43,9 +43,9 @@ inline std::uint16_t float_to_fp16(float f) {
   const std::uint32_t bits = float_to_bits(f);
   const std::uint16_t sign = static_cast<std::uint16_t>((bits >> 16) & 0x8000u);
   const std::uint32_t abs = bits & 0x7fffffffu;
-  if (abs > 0x7f800000u) return sign | 0x7e00u;           // NaN
-  if (abs >= 0x477ff000u) return sign | 0x7c00u;          // overflows to infinity (>= 65520)
-  if (abs < 0x38800000u) {                                // below the smallest normal: subnormal
+  if (abs > 0x7f800000u) return sign | 0x7e00u;   // NaN
+  if (abs >= 0x477ff000u) return sign | 0x7c00u;  // overflows to infinity (>= 65520)
+  if (abs < 0x38800000u) {                        // below the smallest normal: subnormal
     // Adding 0.5 moves the mantissa bits into place and the FPU rounds to nearest even.
     float shifted = bits_to_float(abs) + 0.5f;
     return sign | static_cast<std::uint16_t>(float_to_bits(shifted) - 0x3f000000u);

@@ -20,22 +20,21 @@ template <typename T>
 void reduce_typed(void* out, const void* a, const void* b, std::size_t n, ReduceOp op) {
   switch (op) {
     case ReduceOp::SUM:
-    case ReduceOp::AVG:
-      return apply<T>(out, a, b, n, [](T x, T y) { return static_cast<T>(x + y); });
-    case ReduceOp::PRODUCT:
-      return apply<T>(out, a, b, n, [](T x, T y) { return static_cast<T>(x * y); });
-    case ReduceOp::MIN:
-      return apply<T>(out, a, b, n, [](T x, T y) { return std::min(x, y); });
-    case ReduceOp::MAX:
-      return apply<T>(out, a, b, n, [](T x, T y) { return std::max(x, y); });
+    case ReduceOp::AVG: return apply<T>(out, a, b, n, [](T x, T y) { return static_cast<T>(x + y); });
+    case ReduceOp::PRODUCT: return apply<T>(out, a, b, n, [](T x, T y) { return static_cast<T>(x * y); });
+    case ReduceOp::MIN: return apply<T>(out, a, b, n, [](T x, T y) { return std::min(x, y); });
+    case ReduceOp::MAX: return apply<T>(out, a, b, n, [](T x, T y) { return std::max(x, y); });
     case ReduceOp::BAND:
-      if constexpr (std::is_integral_v<T>) return apply<T>(out, a, b, n, [](T x, T y) { return static_cast<T>(x & y); });
+      if constexpr (std::is_integral_v<T>)
+        return apply<T>(out, a, b, n, [](T x, T y) { return static_cast<T>(x & y); });
       break;
     case ReduceOp::BOR:
-      if constexpr (std::is_integral_v<T>) return apply<T>(out, a, b, n, [](T x, T y) { return static_cast<T>(x | y); });
+      if constexpr (std::is_integral_v<T>)
+        return apply<T>(out, a, b, n, [](T x, T y) { return static_cast<T>(x | y); });
       break;
     case ReduceOp::BXOR:
-      if constexpr (std::is_integral_v<T>) return apply<T>(out, a, b, n, [](T x, T y) { return static_cast<T>(x ^ y); });
+      if constexpr (std::is_integral_v<T>)
+        return apply<T>(out, a, b, n, [](T x, T y) { return static_cast<T>(x ^ y); });
       break;
   }
 }

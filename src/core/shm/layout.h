@@ -27,7 +27,7 @@ static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "op signatures mu
 
 struct Header {
   std::uint64_t magic;
-  std::uint64_t nonce;   // random, published with the segment's address: proves we mapped the right one
+  std::uint64_t nonce;  // random, published with the segment's address: proves we mapped the right one
   std::uint32_t ranks;
   std::uint32_t chunk_bytes;
   std::uint64_t total_bytes;

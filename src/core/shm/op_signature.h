@@ -12,7 +12,16 @@
 
 namespace ddp::detail::shm {
 
-enum class OpKind : std::uint8_t { AllReduce = 1, Reduce, ReduceScatter, Broadcast, AllGather, Barrier, ReduceShare, GatherShares };
+enum class OpKind : std::uint8_t {
+  AllReduce = 1,
+  Reduce,
+  ReduceScatter,
+  Broadcast,
+  AllGather,
+  Barrier,
+  ReduceShare,
+  GatherShares
+};
 
 // Never 0 (0 marks a step that continues an op). The reduction and the dtype count only for the
 // reducing ops (broadcast and all_gather move bytes: `count` is then their byte count); counts

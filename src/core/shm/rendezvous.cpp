@@ -20,9 +20,7 @@ std::string id_key(int rank) { return cat("shm/id/", rank); }
 std::string segment_key(int host) { return cat("shm/segment/", host); }
 std::string ok_key(int rank) { return cat("shm/ok/", rank); }
 
-milliseconds left_until(Deadline deadline) {
-  return std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
-}
+milliseconds left_until(Deadline deadline) { return std::chrono::duration_cast<milliseconds>(deadline - Clock::now()); }
 
 std::vector<std::string> keys_for(int size, std::string (*key)(int)) {
   std::vector<std::string> keys;

@@ -99,9 +99,7 @@ void SharedBuffers::release(std::size_t index) {
   own = {};
 }
 
-void SharedBuffers::changed_row() {
-  layout_.control(base_, me_)->regions.fetch_add(1, std::memory_order_release);
-}
+void SharedBuffers::changed_row() { layout_.control(base_, me_)->regions.fetch_add(1, std::memory_order_release); }
 
 void SharedBuffers::drop_stale(int rank) {
   const std::uint32_t version = layout_.control(base_, rank)->regions.load(std::memory_order_acquire);
@@ -123,7 +121,8 @@ std::uint64_t SharedBuffers::locate(const void* data, std::size_t bytes) const {
   if (!base_) return 0;
   for (std::size_t i = 0; i < kRegions; ++i) {
     const Own& own = own_[i];
-    if (own.data && p >= own.data && bytes <= own.bytes && p - own.data <= static_cast<std::ptrdiff_t>(own.bytes - bytes)) {
+    if (own.data && p >= own.data && bytes <= own.bytes &&
+        p - own.data <= static_cast<std::ptrdiff_t>(own.bytes - bytes)) {
       return encode_where(i, static_cast<std::size_t>(p - own.data));
     }
   }
@@ -133,7 +132,8 @@ std::uint64_t SharedBuffers::locate(const void* data, std::size_t bytes) const {
 const char* SharedBuffers::peer(int rank, std::uint64_t where, std::size_t bytes) {
   const std::size_t index = static_cast<std::size_t>(where >> kOffsetBits) - 1, offset = where & kOffsetMask;
   if (index >= kRegions || !base_) {
-    throw Error(cat("its step names entry ", index, " of its shared regions, which has none; do all ranks run the "
+    throw Error(cat("its step names entry ", index,
+                    " of its shared regions, which has none; do all ranks run the "
                     "same version of ddp?"));
   }
   drop_stale(rank);
@@ -149,8 +149,8 @@ const char* SharedBuffers::peer(int rank, std::uint64_t where, std::size_t bytes
   if (m.generation != generation) {
     if (m.data) ::munmap(m.data, m.bytes);
     m = {};
-    const std::string path = cat("/proc/", pids_[static_cast<std::size_t>(rank)], "/fd/",
-                                 r->fd.load(std::memory_order_relaxed));
+    const std::string path =
+        cat("/proc/", pids_[static_cast<std::size_t>(rank)], "/fd/", r->fd.load(std::memory_order_relaxed));
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) throw IOError(cat("cannot open its buffer ", path, ": ", std::strerror(errno)));
     struct stat st {};

@@ -42,10 +42,13 @@ std::uint32_t* word(std::atomic<std::uint32_t>& a) { return reinterpret_cast<std
 
 void futex_wait(std::atomic<std::uint32_t>& a, std::uint32_t expected, std::chrono::nanoseconds timeout) {
   timespec ts{static_cast<time_t>(timeout.count() / 1000000000), static_cast<long>(timeout.count() % 1000000000)};
-  ::syscall(SYS_futex, word(a), FUTEX_WAIT, expected, &ts, nullptr, 0);  // EAGAIN, EINTR, ETIMEDOUT: the caller re-checks
+  ::syscall(SYS_futex, word(a), FUTEX_WAIT, expected, &ts, nullptr,
+            0);  // EAGAIN, EINTR, ETIMEDOUT: the caller re-checks
 }
 
-void futex_wake(std::atomic<std::uint32_t>& a) { ::syscall(SYS_futex, word(a), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0); }
+void futex_wake(std::atomic<std::uint32_t>& a) {
+  ::syscall(SYS_futex, word(a), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
 
 }  // namespace
 
@@ -88,11 +91,12 @@ void Sync::check_same_op(int peer, std::uint32_t step, std::string_view what) {
   const std::uint64_t theirs = layout_.control(base_, peer)->op[step & 1].load(std::memory_order_relaxed);
   if (theirs == op_signature_) return;
   abort();
-  throw MismatchError(cat("shared-memory ", what, ": the ranks called different collectives: this rank (rank ",
-                          names_[static_cast<std::size_t>(me_)], ") called ", describe_op(op_signature_), " where ",
-                          describe(peer), " called ", describe_op(theirs),
-                          ". Every rank of a group must call the same collectives with the same sizes in the same order "
-                          "(DDP_DEBUG=1 compares them across hosts too, and names the op's sequence number)"));
+  throw MismatchError(
+      cat("shared-memory ", what, ": the ranks called different collectives: this rank (rank ",
+          names_[static_cast<std::size_t>(me_)], ") called ", describe_op(op_signature_), " where ", describe(peer),
+          " called ", describe_op(theirs),
+          ". Every rank of a group must call the same collectives with the same sizes in the same order "
+          "(DDP_DEBUG=1 compares them across hosts too, and names the op's sequence number)"));
 }
 
 void Sync::wait_until(int peer, std::uint32_t step, Deadline deadline, std::string_view what) {

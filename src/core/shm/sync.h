@@ -91,7 +91,7 @@ class Sync {
   std::vector<int> names_;
   PeerWatch watch_;
   std::chrono::microseconds spin_;
-  bool yield_;  // more ranks than CPUs: spin by yielding, so that a peer waiting for this CPU gets it
+  bool yield_;                   // more ranks than CPUs: spin by yielding, so that a peer waiting for this CPU gets it
   std::uint32_t step_ = 0;       // the last step this rank started
   std::uint32_t known_all_ = 0;  // every peer is known to have published this step
   std::uint64_t op_signature_ = 0;  // the current op's, published with its first step

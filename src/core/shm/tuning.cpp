@@ -31,10 +31,13 @@ Tuning Tuning::from_env() {
     std::string_view v = raw;
     t.enabled = !(v == "0" || v == "off" || v == "OFF" || v == "false" || v == "FALSE" || v == "no" || v == "NO");
   }
-  if (auto v = read_int("DDP_SHM_CHUNK_BYTES", 4096, 64 << 20)) t.chunk_bytes = (static_cast<std::size_t>(*v) + 4095) / 4096 * 4096;
+  if (auto v = read_int("DDP_SHM_CHUNK_BYTES", 4096, 64 << 20))
+    t.chunk_bytes = (static_cast<std::size_t>(*v) + 4095) / 4096 * 4096;
   if (auto v = read_int("DDP_SHM_SMALL_BYTES", 0, 64 << 20)) t.small_bytes = static_cast<std::size_t>(*v);
-  if (auto v = read_int("DDP_SHM_STRIPE_BYTES", 0, std::int64_t{1} << 40)) t.stripe_bytes = static_cast<std::size_t>(*v);
-  if (auto v = read_int("DDP_SHM_STRIPE_CHUNK_BYTES", 0, std::int64_t{1} << 40)) t.stripe_chunk_bytes = static_cast<std::size_t>(*v);
+  if (auto v = read_int("DDP_SHM_STRIPE_BYTES", 0, std::int64_t{1} << 40))
+    t.stripe_bytes = static_cast<std::size_t>(*v);
+  if (auto v = read_int("DDP_SHM_STRIPE_CHUNK_BYTES", 0, std::int64_t{1} << 40))
+    t.stripe_chunk_bytes = static_cast<std::size_t>(*v);
   if (auto v = read_int("DDP_SHM_GATHER_CHUNK_BYTES", 0, std::int64_t{1} << 40)) {
     t.gather_chunk_bytes = static_cast<std::size_t>(*v);
   }

@@ -55,8 +55,8 @@ std::vector<std::string> StoreConnection::multi_get(const std::vector<std::strin
   throw std::logic_error("StoreConnection::multi_get called on a protocol without it (see has_multi_get)");
 }
 
-TimeoutError StoreConnection::wait_timed_out(const std::vector<std::string>& missing,
-                                             std::chrono::milliseconds timeout, std::string_view op) const {
+TimeoutError StoreConnection::wait_timed_out(const std::vector<std::string>& missing, std::chrono::milliseconds timeout,
+                                             std::string_view op) const {
   std::vector<std::string> quoted;
   for (const auto& key : missing) quoted.push_back(quote(key));
   return TimeoutError(cat("store ", op, " timed out after ", format_duration(timeout), " at ", where_,

@@ -20,7 +20,8 @@ class DdpConnection final : public StoreConnection {
     const auto start = Clock::now();
     const auto deadline = start + options.timeout;
     wire::Response response;
-    for (auto backoff = std::chrono::milliseconds(10);; backoff = std::min(backoff * 2, std::chrono::milliseconds(500))) {
+    for (auto backoff = std::chrono::milliseconds(10);;
+         backoff = std::min(backoff * 2, std::chrono::milliseconds(500))) {
       fd_ = connect_with_retry(options.host, options.port, deadline, "the store");
       wire::Request hello;
       hello.op = wire::Op::Hello;

@@ -34,8 +34,8 @@ class FileStore::Locked {
   explicit Locked(FileStore& store) : store_(store) {
     fd_ = ::open(store.path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd_ < 0) {
-      throw IOError(cat("FileStore: cannot open ", detail::quote(store.path_, 512), ": ",
-                        std::strerror(errno), ". The directory must exist and be writable by every rank."));
+      throw IOError(cat("FileStore: cannot open ", detail::quote(store.path_, 512), ": ", std::strerror(errno),
+                        ". The directory must exist and be writable by every rank."));
     }
     while (::flock(fd_, LOCK_EX) != 0) {
       if (errno != EINTR) {
@@ -87,7 +87,7 @@ class FileStore::Locked {
 
  private:
   void replay() {
-    struct stat st{};
+    struct stat st {};
     ::fstat(fd_, &st);
     if (st.st_size < store_.offset_) {  // the file was removed and made anew
       store_.cache_.clear();
@@ -179,8 +179,7 @@ std::int64_t FileStore::add(const std::string& key, std::int64_t delta) {
   return value;
 }
 
-std::string FileStore::compare_set(const std::string& key, const std::string& expected,
-                                   const std::string& desired) {
+std::string FileStore::compare_set(const std::string& key, const std::string& expected, const std::string& desired) {
   std::lock_guard guard(mutex_);
   Locked file(*this);
   auto copy = cache_;

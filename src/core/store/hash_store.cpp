@@ -21,8 +21,8 @@ void HashStore::set(const std::string& key, const std::string& value) {
 std::string HashStore::get(const std::string& key, std::chrono::milliseconds timeout) {
   std::unique_lock lock(mutex_);
   if (!changed_.wait_for(lock, timeout, [&] { return data_.count(key) > 0; })) {
-    throw TimeoutError(cat("store get(", detail::quote(key), ") timed out after ",
-                           detail::format_duration(timeout), ": no one set the key"));
+    throw TimeoutError(cat("store get(", detail::quote(key), ") timed out after ", detail::format_duration(timeout),
+                           ": no one set the key"));
   }
   return data_.at(key);
 }
@@ -37,8 +37,7 @@ std::int64_t HashStore::add(const std::string& key, std::int64_t delta) {
   return value;
 }
 
-std::string HashStore::compare_set(const std::string& key, const std::string& expected,
-                                   const std::string& desired) {
+std::string HashStore::compare_set(const std::string& key, const std::string& expected, const std::string& desired) {
   bool changed = false;
   std::string value;
   {
@@ -56,7 +55,9 @@ bool HashStore::check(const std::vector<std::string>& keys) {
 
 void HashStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
   std::unique_lock lock(mutex_);
-  auto present = [&] { return std::all_of(keys.begin(), keys.end(), [&](const auto& k) { return data_.count(k) > 0; }); };
+  auto present = [&] {
+    return std::all_of(keys.begin(), keys.end(), [&](const auto& k) { return data_.count(k) > 0; });
+  };
   if (!changed_.wait_for(lock, timeout, present)) {
     std::vector<std::string> missing;
     for (const auto& key : keys) {

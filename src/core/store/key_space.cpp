@@ -78,8 +78,8 @@ KeySpace::Effects KeySpace::append(const std::string& key, const std::string& va
   const std::string* old = find(key);
   const std::size_t size = (old ? old->size() : 0) + value.size();
   if (size > max_value_bytes) {
-    throw InvalidArgument(cat("append to ", quote(key), " would make a value of ", size, " bytes, over the limit of ",
-                              max_value_bytes));
+    throw InvalidArgument(
+        cat("append to ", quote(key), " would make a value of ", size, " bytes, over the limit of ", max_value_bytes));
   }
   return change(key, [&] {
     data_[key] += value;

@@ -24,9 +24,8 @@ std::int64_t apply_add(KeyValueMap& map, const std::string& key, std::int64_t de
   return value;
 }
 
-std::string apply_compare_set(KeyValueMap& map, const std::string& key,
-                              const std::string& expected, const std::string& desired,
-                              bool& changed) {
+std::string apply_compare_set(KeyValueMap& map, const std::string& key, const std::string& expected,
+                              const std::string& desired, bool& changed) {
   changed = false;
   auto it = map.find(key);
   if (it == map.end()) {

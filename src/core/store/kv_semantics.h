@@ -18,8 +18,7 @@ std::int64_t apply_add(KeyValueMap& map, const std::string& key, std::int64_t de
 // PyTorch's compare_set: sets `desired` when the current value equals `expected` (a missing key
 // matches an empty `expected`). Returns the value afterwards; for a missing key and a non-empty
 // `expected`, returns `expected`. `changed` tells whether the map was written.
-std::string apply_compare_set(KeyValueMap& map, const std::string& key,
-                              const std::string& expected, const std::string& desired,
-                              bool& changed);
+std::string apply_compare_set(KeyValueMap& map, const std::string& key, const std::string& expected,
+                              const std::string& desired, bool& changed);
 
 }  // namespace ddp::detail

@@ -26,14 +26,13 @@ std::string PrefixStore::get(const std::string& key, std::chrono::milliseconds t
 }
 
 std::vector<std::string> PrefixStore::multi_get(const std::vector<std::string>& keys,
-                                               std::chrono::milliseconds timeout) {
+                                                std::chrono::milliseconds timeout) {
   return store_->multi_get(join(keys), timeout);
 }
 
 std::int64_t PrefixStore::add(const std::string& key, std::int64_t delta) { return store_->add(join(key), delta); }
 
-std::string PrefixStore::compare_set(const std::string& key, const std::string& expected,
-                                     const std::string& desired) {
+std::string PrefixStore::compare_set(const std::string& key, const std::string& expected, const std::string& desired) {
   return store_->compare_set(join(key), expected, desired);
 }
 

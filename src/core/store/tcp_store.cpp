@@ -51,8 +51,8 @@ void check_keys(const std::vector<std::string>& keys, std::size_t limit) {
 void check_value(const std::string& key, const std::string& value, std::size_t key_limit) {
   check_key(key, key_limit);
   if (value.size() > kMaxStoreValueBytes) {
-    throw InvalidArgument(cat("store value for ", detail::quote(key), " is ", value.size(),
-                              " bytes; the limit is ", kMaxStoreValueBytes, " (64 MiB)"));
+    throw InvalidArgument(cat("store value for ", detail::quote(key), " is ", value.size(), " bytes; the limit is ",
+                              kMaxStoreValueBytes, " (64 MiB)"));
   }
 }
 
@@ -94,8 +94,7 @@ std::string TCPStore::get(const std::string& key, std::chrono::milliseconds time
   return connection_->get(key, timeout);
 }
 
-std::vector<std::string> TCPStore::multi_get(const std::vector<std::string>& keys,
-                                            std::chrono::milliseconds timeout) {
+std::vector<std::string> TCPStore::multi_get(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
   if (keys.empty() || !connection_->has_multi_get()) return Store::multi_get(keys, timeout);
   check_keys(keys, connection_->max_key_bytes());
   std::lock_guard lock(mutex_);
@@ -108,8 +107,7 @@ std::int64_t TCPStore::add(const std::string& key, std::int64_t delta) {
   return connection_->add(key, delta, Clock::now() + timeout_);
 }
 
-std::string TCPStore::compare_set(const std::string& key, const std::string& expected,
-                                  const std::string& desired) {
+std::string TCPStore::compare_set(const std::string& key, const std::string& expected, const std::string& desired) {
   check_value(key, expected, connection_->max_key_bytes());
   check_value(key, desired, connection_->max_key_bytes());
   std::lock_guard lock(mutex_);

@@ -138,8 +138,8 @@ void TCPStoreServer::Impl::accept_all() {
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       if (errno == EMFILE || errno == ENFILE) {
-        detail::log(LogLevel::Error, "store server: out of file descriptors; raise `ulimit -n` (",
-                    clients_.size(), " clients connected)");
+        detail::log(LogLevel::Error, "store server: out of file descriptors; raise `ulimit -n` (", clients_.size(),
+                    " clients connected)");
       }
       return;
     }
@@ -187,7 +187,8 @@ void TCPStoreServer::Impl::on_event(int fd, std::uint32_t events) {
       process(c);
       if (!alive(c)) return;
       if (!c.in.empty() && (c.state == State::Handshake || c.state == State::Ready)) {
-        drop(c, cat("the connection closed in the middle of a message (", c.in.size(), " bytes of an unfinished request)"));
+        drop(c, cat("the connection closed in the middle of a message (", c.in.size(),
+                    " bytes of an unfinished request)"));
       } else {
         close_client(c, reason);
       }
@@ -200,8 +201,7 @@ void TCPStoreServer::Impl::on_event(int fd, std::uint32_t events) {
 bool TCPStoreServer::Impl::process(Client& c) {
   if (c.protocol == Protocol::Unknown) {
     switch (torch_wire::classify_opening(c.in)) {
-      case torch_wire::Opening::NeedMore:
-        return true;
+      case torch_wire::Opening::NeedMore: return true;
       case torch_wire::Opening::Ddp:
         c.in.erase(0, wire::kPreamble.size());
         c.protocol = Protocol::Ddp;

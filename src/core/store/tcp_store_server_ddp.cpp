@@ -31,9 +31,9 @@ wire::Response values_reply(std::vector<std::string> values) {
   std::size_t bytes = 5;  // the status and the count
   for (const auto& value : values) bytes += 4 + value.size();
   if (bytes > wire::kMaxFrameBytes) {
-    return {wire::Status::Error, cat("multi_get: the ", values.size(), " values total ", bytes,
-                                     " bytes, more than one reply carries (", wire::kMaxFrameBytes,
-                                     "); get the keys in smaller groups")};
+    return {wire::Status::Error,
+            cat("multi_get: the ", values.size(), " values total ", bytes, " bytes, more than one reply carries (",
+                wire::kMaxFrameBytes, "); get the keys in smaller groups")};
   }
   wire::Response response{wire::Status::Values};
   response.values = std::move(values);
@@ -101,22 +101,15 @@ bool TCPStoreServer::Impl::greet_ddp(Client& c, const wire::Request& q) {
 bool TCPStoreServer::Impl::handle_ddp(Client& c, wire::Request& q) {
   using Want = KeySpace::Want;
   switch (q.op) {
-    case wire::Op::Hello:
-      return drop(c, "a second hello");
+    case wire::Op::Hello: return drop(c, "a second hello");
     case wire::Op::Set: {
       reply(c, {wire::Status::Ok});
       apply(keys_.set(q.key, std::move(q.value)));
       return alive(c);
     }
-    case wire::Op::Get:
-      wait(c, Want::Value, {std::move(q.key)}, deadline_after(q.number));
-      return alive(c);
-    case wire::Op::Wait:
-      wait(c, Want::Keys, std::move(q.keys), deadline_after(q.number));
-      return alive(c);
-    case wire::Op::MultiGet:
-      wait(c, Want::Values, std::move(q.keys), deadline_after(q.number));
-      return alive(c);
+    case wire::Op::Get: wait(c, Want::Value, {std::move(q.key)}, deadline_after(q.number)); return alive(c);
+    case wire::Op::Wait: wait(c, Want::Keys, std::move(q.keys), deadline_after(q.number)); return alive(c);
+    case wire::Op::MultiGet: wait(c, Want::Values, std::move(q.keys), deadline_after(q.number)); return alive(c);
     case wire::Op::Add: {
       KeySpace::Changed<std::int64_t> added{};
       try {
@@ -135,9 +128,7 @@ bool TCPStoreServer::Impl::handle_ddp(Client& c, wire::Request& q) {
       apply(std::move(effects));
       return alive(c);
     }
-    case wire::Op::Check:
-      reply(c, {wire::Status::Number, {}, keys_.contains_all(q.keys) ? 1 : 0});
-      return alive(c);
+    case wire::Op::Check: reply(c, {wire::Status::Number, {}, keys_.contains_all(q.keys) ? 1 : 0}); return alive(c);
     case wire::Op::Delete: {
       auto [existed, effects] = keys_.erase(q.key);
       reply(c, {wire::Status::Number, {}, existed ? 1 : 0});
@@ -151,9 +142,7 @@ bool TCPStoreServer::Impl::handle_ddp(Client& c, wire::Request& q) {
       c.state = State::Closing;
       flush(c);
       return false;
-    case wire::Op::Ping:
-      reply(c, {wire::Status::Ok});
-      return alive(c);
+    case wire::Op::Ping: reply(c, {wire::Status::Ok}); return alive(c);
   }
   return drop(c, "unknown request");
 }

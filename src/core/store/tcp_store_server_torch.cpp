@@ -48,9 +48,7 @@ bool TCPStoreServer::Impl::handle_torch(Client& c, torch_wire::Request& q) {
   switch (q.query) {
     case Query::Validate:  // handled above
       return true;
-    case Query::Set:
-      apply(keys_.set(q.key, std::move(q.value)));
-      return alive(c);
+    case Query::Set: apply(keys_.set(q.key, std::move(q.value))); return alive(c);
     case Query::Append: {
       KeySpace::Effects effects;
       try {
@@ -101,16 +99,12 @@ bool TCPStoreServer::Impl::handle_torch(Client& c, torch_wire::Request& q) {
       send(c, torch_wire::encode_check(keys_.contains_all(q.keys) ? torch_wire::CheckReply::Ready
                                                                   : torch_wire::CheckReply::NotReady));
       return alive(c);
-    case Query::Wait:
-      wait(c, KeySpace::Want::Keys, std::move(q.keys), KeySpace::kNoDeadline);
-      return alive(c);
+    case Query::Wait: wait(c, KeySpace::Want::Keys, std::move(q.keys), KeySpace::kNoDeadline); return alive(c);
     case Query::CancelWait:
       if (keys_.cancel_wait(c.fd.get())) c.state = State::Ready;
       send(c, torch_wire::encode_wait(torch_wire::WaitReply::WaitCanceled));
       return alive(c);
-    case Query::GetNumKeys:
-      send(c, torch_wire::encode_int64(static_cast<std::int64_t>(keys_.size())));
-      return alive(c);
+    case Query::GetNumKeys: send(c, torch_wire::encode_int64(static_cast<std::int64_t>(keys_.size()))); return alive(c);
     case Query::DeleteKey: {
       auto [existed, effects] = keys_.erase(q.key);
       send(c, torch_wire::encode_int64(existed ? 1 : 0));
@@ -121,9 +115,7 @@ bool TCPStoreServer::Impl::handle_torch(Client& c, torch_wire::Request& q) {
       keys_.watch(c.fd.get(), q.key);
       send(c, torch_wire::encode_watch_registered());
       return alive(c);
-    case Query::Ping:
-      send(c, torch_wire::encode_uint32(q.nonce));
-      return alive(c);
+    case Query::Ping: send(c, torch_wire::encode_uint32(q.nonce)); return alive(c);
   }
   return drop(c, "unknown query");
 }

@@ -176,9 +176,8 @@ class TorchConnection final : public StoreConnection {
       return;
     }
     if (parse_int(value)) return;
-    throw InvalidArgument(cat("store add(", quote(key), "): the key holds ", quote(value),
-                              ", not an integer counter (", peer_,
-                              " closed the connection over it); use a key of its own for counters"));
+    throw InvalidArgument(cat("store add(", quote(key), "): the key holds ", quote(value), ", not an integer counter (",
+                              peer_, " closed the connection over it); use a key of its own for counters"));
   }
 
   void send(const torch_wire::Request& q, Clock::time_point deadline) {

@@ -14,13 +14,13 @@ namespace {
 
 // The query at each code, per dialect (PyTorch's enum QueryType : uint8_t, in order). 1.13 has
 // codes 0 to 8; the releases after it appended 9 to 12 before the VALIDATE renumbering.
-constexpr std::array kV113Codes = {Query::Set,        Query::CompareSet, Query::Get,       Query::Add,
-                                   Query::Check,      Query::Wait,       Query::GetNumKeys, Query::WatchKey,
-                                   Query::DeleteKey,  Query::Append,     Query::MultiGet,  Query::MultiSet,
+constexpr std::array kV113Codes = {Query::Set,       Query::CompareSet, Query::Get,        Query::Add,
+                                   Query::Check,     Query::Wait,       Query::GetNumKeys, Query::WatchKey,
+                                   Query::DeleteKey, Query::Append,     Query::MultiGet,   Query::MultiSet,
                                    Query::CancelWait};
-constexpr std::array kValidatedCodes = {Query::Validate,   Query::Set,        Query::CompareSet, Query::Get,
-                                        Query::Add,        Query::Check,      Query::Wait,       Query::GetNumKeys,
-                                        Query::DeleteKey,  Query::Append,     Query::MultiGet,   Query::MultiSet,
+constexpr std::array kValidatedCodes = {Query::Validate,   Query::Set,    Query::CompareSet, Query::Get,
+                                        Query::Add,        Query::Check,  Query::Wait,       Query::GetNumKeys,
+                                        Query::DeleteKey,  Query::Append, Query::MultiGet,   Query::MultiSet,
                                         Query::CancelWait, Query::Ping};
 
 template <std::size_t N>
@@ -175,8 +175,8 @@ bool query_code(Query query, Dialect dialect, std::uint8_t& code) {
 std::string encode(const Request& q, Dialect dialect) {
   std::uint8_t code = 0;
   if (!query_code(q.query, dialect, code)) {
-    throw InvalidArgument(cat("the PyTorch store protocol (", to_string(dialect), ") has no ", to_string(q.query),
-                              " query"));
+    throw InvalidArgument(
+        cat("the PyTorch store protocol (", to_string(dialect), ") has no ", to_string(q.query), " query"));
   }
   Writer w;
   w.u8(code);
@@ -193,9 +193,7 @@ std::string encode(const Request& q, Dialect dialect) {
       break;
     case Query::Get:
     case Query::WatchKey:
-    case Query::DeleteKey:
-      w.sized(q.key);
-      break;
+    case Query::DeleteKey: w.sized(q.key); break;
     case Query::Add:
       w.sized(q.key);
       w.i64(q.number);
@@ -214,12 +212,9 @@ std::string encode(const Request& q, Dialect dialect) {
       }
       break;
     case Query::Validate:
-    case Query::Ping:
-      w.u32(q.nonce);
-      break;
+    case Query::Ping: w.u32(q.nonce); break;
     case Query::GetNumKeys:
-    case Query::CancelWait:
-      break;
+    case Query::CancelWait: break;
   }
   return w.take();
 }
@@ -246,18 +241,14 @@ Parse parse(std::string_view bytes, Dialect dialect, Request& q, std::size_t& co
       break;
     case Query::Get:
     case Query::WatchKey:
-    case Query::DeleteKey:
-      q.key = r.sized(kMaxStoreKeyBytes, "key");
-      break;
+    case Query::DeleteKey: q.key = r.sized(kMaxStoreKeyBytes, "key"); break;
     case Query::Add:
       q.key = r.sized(kMaxStoreKeyBytes, "key");
       q.number = r.i64();
       break;
     case Query::Check:
     case Query::Wait:
-    case Query::MultiGet:
-      q.keys = r.keys();
-      break;
+    case Query::MultiGet: q.keys = r.keys(); break;
     case Query::MultiSet: {
       const std::uint64_t n = r.count("key");
       for (std::uint64_t i = 0; i < n && r.ok(); ++i) {
@@ -274,12 +265,9 @@ Parse parse(std::string_view bytes, Dialect dialect, Request& q, std::size_t& co
         r.fail(Parse::Malformed, cat("VALIDATE carries ", text, " instead of the magic number 0x3C85F7CE"));
       }
       break;
-    case Query::Ping:
-      q.nonce = r.u32();
-      break;
+    case Query::Ping: q.nonce = r.u32(); break;
     case Query::GetNumKeys:
-    case Query::CancelWait:
-      break;
+    case Query::CancelWait: break;
   }
   if (!r.ok()) {
     if (r.state() != Parse::NeedMore) error = r.error();
@@ -309,9 +297,7 @@ std::string encode_uint32(std::uint32_t value) {
 
 std::string encode_check(CheckReply reply) { return single_byte(static_cast<std::uint8_t>(reply)); }
 std::string encode_wait(WaitReply reply) { return single_byte(static_cast<std::uint8_t>(reply)); }
-std::string encode_watch_registered() {
-  return single_byte(static_cast<std::uint8_t>(WatchEvent::CallbackRegistered));
-}
+std::string encode_watch_registered() { return single_byte(static_cast<std::uint8_t>(WatchEvent::CallbackRegistered)); }
 
 std::string encode_watch_event(WatchEvent event, std::string_view key, std::string_view old_value,
                                std::string_view new_value) {

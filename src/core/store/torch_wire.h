@@ -90,8 +90,7 @@ using Parse = wire::Parse;
 // until every field has arrived. Oversized when a declared size passes a limit (kMaxStoreKeyBytes,
 // kMaxStoreValueBytes, kMaxKeysPerRequest, kMaxRequestBytes) even before the bytes arrive;
 // Malformed for an unknown query byte or a wrong magic number. `error` says what is wrong.
-Parse parse(std::string_view bytes, Dialect dialect, Request& out, std::size_t& consumed,
-            std::string& error);
+Parse parse(std::string_view bytes, Dialect dialect, Request& out, std::size_t& consumed, std::string& error);
 
 // Replies.
 enum class CheckReply : std::uint8_t { Ready = 0, NotReady = 1 };

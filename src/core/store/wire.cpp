@@ -96,8 +96,7 @@ class Reader {
 };
 
 // Splits off one frame's body, or says why not.
-Parse frame(std::string_view bytes, std::string_view& body, std::size_t& consumed,
-            std::string& error) {
+Parse frame(std::string_view bytes, std::string_view& body, std::size_t& consumed, std::string& error) {
   if (bytes.size() < 4) return Parse::NeedMore;
   std::uint32_t size = 0;
   std::memcpy(&size, bytes.data(), 4);
@@ -155,21 +154,16 @@ std::string encode(const Request& q) {
       w.bytes(q.value);
       w.bytes(q.value2);
       break;
-    case Op::Check:
-      w.list(q.keys);
-      break;
+    case Op::Check: w.list(q.keys); break;
     case Op::Wait:
     case Op::MultiGet:
       w.list(q.keys);
       w.i64(q.number);
       break;
-    case Op::Delete:
-      w.bytes(q.key);
-      break;
+    case Op::Delete: w.bytes(q.key); break;
     case Op::NumKeys:
     case Op::Bye:
-    case Op::Ping:
-      break;
+    case Op::Ping: break;
   }
   return w.finish();
 }
@@ -178,23 +172,14 @@ std::string encode(const Response& s) {
   Writer w;
   w.u8(static_cast<std::uint8_t>(s.status));
   switch (s.status) {
-    case Status::Ok:
-      break;
+    case Status::Ok: break;
     case Status::Value:
     case Status::Error:
     case Status::Refused:
-    case Status::Later:
-      w.bytes(s.value);
-      break;
-    case Status::Number:
-      w.i64(s.number);
-      break;
-    case Status::Timeout:
-      w.list(s.keys);
-      break;
-    case Status::Values:
-      w.list(s.values);
-      break;
+    case Status::Later: w.bytes(s.value); break;
+    case Status::Number: w.i64(s.number); break;
+    case Status::Timeout: w.list(s.keys); break;
+    case Status::Values: w.list(s.values); break;
   }
   return w.finish();
 }
@@ -233,24 +218,17 @@ Parse parse(std::string_view bytes, Request& q, std::size_t& consumed, std::stri
       q.value = r.bytes(kMaxStoreValueBytes, "expected value");
       q.value2 = r.bytes(kMaxStoreValueBytes, "desired value");
       break;
-    case Op::Check:
-      q.keys = r.list();
-      break;
+    case Op::Check: q.keys = r.list(); break;
     case Op::Wait:
     case Op::MultiGet:
       q.keys = r.list();
       q.number = r.i64();
       break;
-    case Op::Delete:
-      q.key = r.bytes(kMaxStoreKeyBytes, "key");
-      break;
+    case Op::Delete: q.key = r.bytes(kMaxStoreKeyBytes, "key"); break;
     case Op::NumKeys:
     case Op::Bye:
-    case Op::Ping:
-      break;
-    default:
-      error = cat("unknown request code ", static_cast<int>(op));
-      return Parse::UnknownRequest;
+    case Op::Ping: break;
+    default: error = cat("unknown request code ", static_cast<int>(op)); return Parse::UnknownRequest;
   }
   return finish(r, error);
 }
@@ -264,23 +242,14 @@ Parse parse(std::string_view bytes, Response& s, std::size_t& consumed, std::str
   const std::uint8_t status = r.u8();
   s.status = static_cast<Status>(status);
   switch (s.status) {
-    case Status::Ok:
-      break;
+    case Status::Ok: break;
     case Status::Value:
     case Status::Error:
     case Status::Refused:
-    case Status::Later:
-      s.value = r.bytes(kMaxStoreValueBytes, "value");
-      break;
-    case Status::Number:
-      s.number = r.i64();
-      break;
-    case Status::Timeout:
-      s.keys = r.list();
-      break;
-    case Status::Values:
-      s.values = r.list(kMaxStoreValueBytes, "value");
-      break;
+    case Status::Later: s.value = r.bytes(kMaxStoreValueBytes, "value"); break;
+    case Status::Number: s.number = r.i64(); break;
+    case Status::Timeout: s.keys = r.list(); break;
+    case Status::Values: s.values = r.list(kMaxStoreValueBytes, "value"); break;
     default:
       if (r.ok()) r.fail(cat("unknown response code ", static_cast<int>(status)));
   }

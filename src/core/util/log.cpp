@@ -34,8 +34,7 @@ void log_line(LogLevel level, const std::string& message) {
   localtime_r(&now, &parts);
   char stamp[16];
   std::strftime(stamp, sizeof stamp, "%H:%M:%S", &parts);
-  std::string line = cat("[ddp ", kNames[static_cast<int>(level)], " ", stamp, " pid ", getpid(),
-                         "] ", message, "\n");
+  std::string line = cat("[ddp ", kNames[static_cast<int>(level)], " ", stamp, " pid ", getpid(), "] ", message, "\n");
   // One write(2) per line: lines from different threads and processes never mix.
   [[maybe_unused]] auto written = ::write(STDERR_FILENO, line.data(), line.size());
 }

@@ -56,7 +56,7 @@ class Worker {
   std::condition_variable ready_;
   std::deque<Task> tasks_;
   std::uint64_t next_ticket_ = 0;
-  bool busy_ = false;     // a task is running (here or on a caller's thread)
+  bool busy_ = false;  // a task is running (here or on a caller's thread)
   bool waiting_ = false;
   bool stopping_ = false;
   std::string name_;

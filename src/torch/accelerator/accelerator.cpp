@@ -48,8 +48,9 @@ struct AcceleratorState {
 
 void register_model(AcceleratorState& state, std::shared_ptr<torch::nn::Module> module) {
   if (!state.model_set.insert(module.get()).second) {
-    throw Error("Accelerator::prepare: this model was prepared before; prepare each model once and keep the "
-                "handle prepare() returned");
+    throw Error(
+        "Accelerator::prepare: this model was prepared before; prepare each model once and keep the "
+        "handle prepare() returned");
   }
   state.models.push_back(std::move(module));
 }
@@ -166,16 +167,20 @@ std::string broadcast_text(const std::string& text, int rank) {
 void check_same_directory(const char* caller, const std::string& dir, int rank, int world) {
   if (world == 1) return;
   auto all = at::empty({world}, at::kLong).to(collective_device());
-  all_gather_into_tensor(all, at::full({1}, static_cast<std::int64_t>(detail::fnv1a(dir)), at::kLong).to(collective_device()));
+  all_gather_into_tensor(
+      all, at::full({1}, static_cast<std::int64_t>(detail::fnv1a(dir)), at::kLong).to(collective_device()));
   all = all.cpu();
   std::string differing;
   for (int r = 1; r < world; ++r) {
-    if (all[r].item<std::int64_t>() != all[0].item<std::int64_t>()) differing += (differing.empty() ? "" : ", ") + std::to_string(r);
+    if (all[r].item<std::int64_t>() != all[0].item<std::int64_t>())
+      differing += (differing.empty() ? "" : ", ") + std::to_string(r);
   }
   if (differing.empty()) return;
   const std::string main_dir = broadcast_text(dir, rank);
-  throw InvalidArgument(std::string(caller) + ": rank(s) " + differing + " passed another directory than the main "
-                        "process's '" + main_dir + "'" + (rank == 0 ? "" : " (this rank: '" + dir + "')") +
+  throw InvalidArgument(std::string(caller) + ": rank(s) " + differing +
+                        " passed another directory than the main "
+                        "process's '" +
+                        main_dir + "'" + (rank == 0 ? "" : " (this rank: '" + dir + "')") +
                         "; only the main process writes, so every rank must pass the same directory (with several "
                         "nodes, one on a file system they share)");
 }
@@ -201,7 +206,8 @@ torch::serialize::OutputArchive loader_archive(const detail::LoaderPosition& p) 
                                                                   static_cast<std::int64_t>(p.sampler.pass_size()));
   if (p.resumed) {  // restored and not iterated since: the restored position as it is
     consumed = s.consumed;
-  } else if (p.batches_done == 0 || p.batches_done >= p.batches_in_pass) {  // between passes: the next epoch from its start
+  } else if (p.batches_done == 0 ||
+             p.batches_done >= p.batches_in_pass) {  // between passes: the next epoch from its start
     epoch = p.epoch + (p.batches_done > 0 ? 1 : 0);
     consumed = 0;
     s.start = 0;
@@ -307,9 +313,10 @@ AcceleratedOptimizer Accelerator::prepare(std::shared_ptr<torch::optim::Optimize
     }
   }
   if (s.scaler.is_enabled() && !s.optimizers.empty()) {
-    throw Error("Accelerator::prepare: a second optimizer with fp16 mixed precision; the Accelerator's one "
-                "GradScaler updates its scale after each optimizer's step, so it serves one optimizer (use one "
-                "optimizer with several parameter groups, or bf16)");
+    throw Error(
+        "Accelerator::prepare: a second optimizer with fp16 mixed precision; the Accelerator's one "
+        "GradScaler updates its scale after each optimizer's step, so it serves one optimizer (use one "
+        "optimizer with several parameter groups, or bf16)");
   }
   s.optimizers.push_back(optimizer);
   return AcceleratedOptimizer(std::move(optimizer), state_);
@@ -328,8 +335,9 @@ bool Accelerator::sync_gradients() const { return state_->sync_gradients; }
 double Accelerator::clip_grad_norm_(const std::vector<at::Tensor>& parameters, double max_norm, double norm_type) {
   auto& s = *state_;
   if (!s.sync_gradients) {
-    throw Error("Accelerator::clip_grad_norm_: this micro-step does not synchronize gradients (an accumulation's "
-                "micro-step): they are partial and still scaled; clip where acc.sync_gradients() is true");
+    throw Error(
+        "Accelerator::clip_grad_norm_: this micro-step does not synchronize gradients (an accumulation's "
+        "micro-step): they are partial and still scaled; clip where acc.sync_gradients() is true");
   }
   if (s.scaler.is_enabled() && !s.unscaled) {
     for (auto& optimizer : s.optimizers) s.scaler.unscale_(*optimizer);
@@ -356,8 +364,8 @@ at::Tensor Accelerator::gather_for_metrics(const at::Tensor& tensor) {
   const auto& p = s.current_loader;
   if (!p || tensor.dim() == 0 || p->batches_done == 0) return all;
   const std::int64_t batch = p->batches_done - 1, rows = input.size(0);
-  const std::int64_t expected = std::min<std::int64_t>(
-      p->batch_size, static_cast<std::int64_t>(p->sampler.pass_size()) - batch * p->batch_size);
+  const std::int64_t expected =
+      std::min<std::int64_t>(p->batch_size, static_cast<std::int64_t>(p->sampler.pass_size()) - batch * p->batch_size);
   if (rows != expected) return all;  // not the batch's rows: gathered whole
   const auto kept = detail::real_rows(static_cast<std::int64_t>(p->sampler.dataset_size()), s.world, p->pass_start,
                                       batch, p->batch_size, rows);
@@ -365,7 +373,8 @@ at::Tensor Accelerator::gather_for_metrics(const at::Tensor& tensor) {
   return all.index_select(0, at::tensor(kept, at::kLong).to(all.device()));
 }
 
-void Accelerator::save_state(const std::string& dir, const std::function<void(torch::serialize::OutputArchive&)>& extra) {
+void Accelerator::save_state(const std::string& dir,
+                             const std::function<void(torch::serialize::OutputArchive&)>& extra) {
   auto& s = *state_;
   check_same_directory("Accelerator::save_state", dir, s.rank, s.world);
   const auto cpu_rng = gather_generator(c10::Device(c10::kCPU), s.world);
@@ -408,7 +417,8 @@ void Accelerator::save_state(const std::string& dir, const std::function<void(to
   agree_on_outcome(failure, "Accelerator::save_state(\"" + dir + "\")", s.rank, s.world);
 }
 
-void Accelerator::load_state(const std::string& dir, const std::function<void(torch::serialize::InputArchive&)>& extra) {
+void Accelerator::load_state(const std::string& dir,
+                             const std::function<void(torch::serialize::InputArchive&)>& extra) {
   auto& s = *state_;
   Checkpoints checkpoints({.directory = dir, .keep = 2, .prefix = "state"});
   std::string failure;

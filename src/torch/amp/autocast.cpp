@@ -19,14 +19,16 @@ Autocast::Autocast(c10::DeviceType device_type, AutocastOptions options) : devic
   // LibTorch warns that it disables autocast for a dtype the CPU cannot autocast to, and then
   // fails (1.13) or runs without it: refuse before any state changes instead.
   if (cpu && !compat::cpu_autocast_supports(dtype_)) {
-    throw InvalidArgument(ddp::detail::cat("ddp::amp::Autocast: CPU autocast supports only ", compat::kCpuAutocastDtypes,
-                                           " in this LibTorch, not ", dtype_, "; pass {.dtype = torch::kBFloat16}"));
+    throw InvalidArgument(ddp::detail::cat("ddp::amp::Autocast: CPU autocast supports only ",
+                                           compat::kCpuAutocastDtypes, " in this LibTorch, not ", dtype_,
+                                           "; pass {.dtype = torch::kBFloat16}"));
   }
   const bool cache_enabled = options.cache_enabled.value_or(at::autocast::is_autocast_cache_enabled());
   enabled_ = options.enabled;
   if (enabled_ && !cpu && !at::hasCUDA()) {
-    ddp::detail::log(ddp::detail::LogLevel::Warn, "ddp::amp::Autocast: CUDA autocast was asked for, but CUDA is not available; "
-                                                  "this region runs without autocast");
+    ddp::detail::log(ddp::detail::LogLevel::Warn,
+                     "ddp::amp::Autocast: CUDA autocast was asked for, but CUDA is not available; "
+                     "this region runs without autocast");
     enabled_ = false;
   }
   previous_cache_enabled_ = at::autocast::is_autocast_cache_enabled();

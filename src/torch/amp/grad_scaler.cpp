@@ -33,7 +33,8 @@ namespace {
 
 // The ranks that must agree on skipping: a sharded optimizer's (its step is collective), else
 // the scaler's option.
-std::shared_ptr<ProcessGroup> agreement_group(const torch::optim::Optimizer& optimizer, const GradScalerOptions& options) {
+std::shared_ptr<ProcessGroup> agreement_group(const torch::optim::Optimizer& optimizer,
+                                              const GradScalerOptions& options) {
   if (const auto* zero = dynamic_cast<const ddp::detail::ZeroBase*>(&optimizer)) return zero->process_group();
   return options.process_group;
 }
@@ -58,7 +59,8 @@ void GradScaler::lazy_init(const c10::Device& device) {
 
 void GradScaler::check_scale_exists(const char* caller) const {
   if (!scale_.defined()) {
-    throw Error(cat("GradScaler::", caller, ": there is no scale yet; this may indicate that the script did not use "
+    throw Error(cat("GradScaler::", caller,
+                    ": there is no scale yet; this may indicate that the script did not use "
                     "scaler.scale(loss) earlier in the iteration"));
   }
 }
@@ -87,8 +89,9 @@ void GradScaler::unscale_(torch::optim::Optimizer& optimizer) {
   check_scale_exists("unscale_");
   auto& state = per_optimizer_[&optimizer];
   if (state.stage == Stage::Unscaled) {
-    throw Error("GradScaler::unscale_: unscale_() has already been called on this optimizer since the last update(); "
-                "call it at most once per optimizer and iteration (step() unscales only when it was not called)");
+    throw Error(
+        "GradScaler::unscale_: unscale_() has already been called on this optimizer since the last update(); "
+        "call it at most once per optimizer and iteration (step() unscales only when it was not called)");
   }
   if (state.stage == Stage::Stepped) {
     throw Error("GradScaler::unscale_: unscale_() is being called after step(); unscale before step(), then update()");
@@ -106,22 +109,25 @@ bool GradScaler::step(torch::optim::Optimizer& optimizer) {
   }
   check_scale_exists("step");
   if (per_optimizer_[&optimizer].stage == Stage::Stepped) {
-    throw Error("GradScaler::step: step() has already been called since the last update(); call update() once per "
-                "iteration, after step()");
+    throw Error(
+        "GradScaler::step: step() has already been called since the last update(); call update() once per "
+        "iteration, after step()");
   }
   if (const auto* zero = dynamic_cast<const ddp::detail::ZeroBase*>(&optimizer); zero && zero->in_join()) {
     // The ranks that have joined step the optimizer in its join hook, without this scaler's
     // found-inf all-reduce and unscaling: they would wait in different collectives.
-    throw InvalidArgument("GradScaler::step: a ZeroRedundancyOptimizer cannot be stepped through a GradScaler inside "
-                          "ddp::join (the ranks that have run out of inputs step it without the scaler). Train with "
-                          "even inputs (DistributedSampler's default), or leave the scaler out of the joined loop "
-                          "(bfloat16 autocast needs none)");
+    throw InvalidArgument(
+        "GradScaler::step: a ZeroRedundancyOptimizer cannot be stepped through a GradScaler inside "
+        "ddp::join (the ranks that have run out of inputs step it without the scaler). Train with "
+        "even inputs (DistributedSampler's default), or leave the scaler out of the joined loop "
+        "(bfloat16 autocast needs none)");
   }
   if (per_optimizer_[&optimizer].stage == Stage::Ready) unscale_(optimizer);
   auto& state = per_optimizer_[&optimizer];
   if (state.found_inf_per_device.empty()) {
-    throw Error("GradScaler::step: no inf checks were recorded for this optimizer: none of its parameters has a "
-                "gradient; run backward on scaler.scale(loss) before step()");
+    throw Error(
+        "GradScaler::step: no inf checks were recorded for this optimizer: none of its parameters has a "
+        "gradient; run backward on scaler.scale(loss) before step()");
   }
   auto found = torch::zeros({1}, scale_.options());
   for (const auto& [device, flag] : state.found_inf_per_device) found.add_(flag.to(scale_.device()));
@@ -147,8 +153,9 @@ void GradScaler::update(std::optional<double> new_scale) {
       for (const auto& [device, flag] : state.found_inf_per_device) found_infs.push_back(flag.to(scale_.device()));
     }
     if (found_infs.empty()) {
-      throw Error("GradScaler::update: no inf checks were recorded prior to update(); call step(optimizer) (or "
-                  "unscale_(optimizer)) first");
+      throw Error(
+          "GradScaler::update: no inf checks were recorded prior to update(); call step(optimizer) (or "
+          "unscale_(optimizer)) first");
     }
     auto combined = found_infs[0].clone();
     for (std::size_t i = 1; i < found_infs.size(); ++i) combined.add_(found_infs[i]);
@@ -190,11 +197,13 @@ void GradScaler::load(torch::serialize::InputArchive& archive) {
   auto read = [&](const char* key, bool integer) {
     c10::IValue value;
     if (!archive.try_read(key, value)) {
-      throw Error(cat("GradScaler::load: the archive has no '", key, "'; it holds no GradScaler state, possibly because "
+      throw Error(cat("GradScaler::load: the archive has no '", key,
+                      "'; it holds no GradScaler state, possibly because "
                       "it was saved from a disabled GradScaler"));
     }
     if (integer ? !value.isInt() : !value.isDouble()) {
-      throw Error(cat("GradScaler::load: '", key, "' is a ", value.tagKind(), ", not ", integer ? "an integer" : "a float"));
+      throw Error(
+          cat("GradScaler::load: '", key, "' is a ", value.tagKind(), ", not ", integer ? "an integer" : "a float"));
     }
     return value;
   };

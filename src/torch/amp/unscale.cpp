@@ -33,7 +33,8 @@ std::unordered_map<c10::Device, at::Tensor> unscale_gradients(std::vector<torch:
       if (!param.grad().defined()) continue;
       if (!allow_fp16 && param.grad().scalar_type() == at::kHalf) {
         throw Error(ddp::detail::cat("GradScaler::unscale_: attempting to unscale FP16 gradients (parameter ", i,
-                                     " of group ", g, "); keep the parameters in float32 and let Autocast run the "
+                                     " of group ", g,
+                                     "); keep the parameters in float32 and let Autocast run the "
                                      "forward in float16"));
       }
       at::Tensor to_unscale = param.grad();

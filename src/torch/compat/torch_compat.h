@@ -46,7 +46,8 @@ inline at::ScalarType autocast_dtype(c10::DeviceType device) {
 #if DDP_TORCH_AUTOCAST_BY_DEVICE
   return at::autocast::get_autocast_dtype(device);
 #else
-  return device == c10::DeviceType::CPU ? at::autocast::get_autocast_cpu_dtype() : at::autocast::get_autocast_gpu_dtype();
+  return device == c10::DeviceType::CPU ? at::autocast::get_autocast_cpu_dtype()
+                                        : at::autocast::get_autocast_gpu_dtype();
 #endif
 }
 
@@ -54,7 +55,8 @@ inline void set_autocast_dtype(c10::DeviceType device, at::ScalarType dtype) {
 #if DDP_TORCH_AUTOCAST_BY_DEVICE
   at::autocast::set_autocast_dtype(device, dtype);
 #else
-  device == c10::DeviceType::CPU ? at::autocast::set_autocast_cpu_dtype(dtype) : at::autocast::set_autocast_gpu_dtype(dtype);
+  device == c10::DeviceType::CPU ? at::autocast::set_autocast_cpu_dtype(dtype)
+                                 : at::autocast::set_autocast_gpu_dtype(dtype);
 #endif
 }
 

@@ -28,8 +28,11 @@ std::string find_file(const std::string& root, const std::string& name) {
   for (const char* file : kFiles) all += std::string(all.empty() ? "" : ", ") + file + ".gz";
   throw IOError(std::string(kContext) + ": no " + name + ".gz (nor " + name + ") in " + root +
                 ". Install Debian's dataset-fashion-mnist package (apt-get install dataset-fashion-mnist; its files "
-                "go to " + FashionMNIST::kDefaultRoot + "), or point the dataset's root argument (the examples' "
-                "--data-dir flag) at a directory holding " + all);
+                "go to " +
+                FashionMNIST::kDefaultRoot +
+                "), or point the dataset's root argument (the examples' "
+                "--data-dir flag) at a directory holding " +
+                all);
 }
 
 }  // namespace
@@ -42,8 +45,8 @@ FashionMNIST::FashionMNIST(const std::string& root, Mode mode) : mode_(mode) {
   const detail::IdxArray labels = detail::read_idx_ubyte(labels_path, detail::kIdxLabelsMagic, kContext);
 
   if (images.dims[1] != kImageSize || images.dims[2] != kImageSize) {
-    throw IOError(std::string(kContext) + ": " + images_path + ": images are " + std::to_string(images.dims[1]) +
-                  "x" + std::to_string(images.dims[2]) + ", expected 28x28: not Fashion-MNIST");
+    throw IOError(std::string(kContext) + ": " + images_path + ": images are " + std::to_string(images.dims[1]) + "x" +
+                  std::to_string(images.dims[2]) + ", expected 28x28: not Fashion-MNIST");
   }
   const std::int64_t count = images.dims[0];
   if (labels.dims[0] != count) {
@@ -74,8 +77,9 @@ FashionMNIST::FashionMNIST(const std::string& root, Mode mode) : mode_(mode) {
 torch::data::Example<> FashionMNIST::get(std::size_t index) {
   const auto n = static_cast<std::size_t>(images_.size(0));
   if (index >= n) {
-    throw InvalidArgument(std::string(kContext) + "::get: index " + std::to_string(index) + " is out of range for the " +
-                          (is_train() ? "training" : "test") + " split of " + std::to_string(n) + " images");
+    throw InvalidArgument(std::string(kContext) + "::get: index " + std::to_string(index) +
+                          " is out of range for the " + (is_train() ? "training" : "test") + " split of " +
+                          std::to_string(n) + " images");
   }
   const auto i = static_cast<std::int64_t>(index);
   return {images_[i], targets_[i]};

@@ -49,9 +49,7 @@ class Reader {
     if (code != Z_OK) fail_zlib();
   }
 
-  [[noreturn]] void fail(const std::string& what) const {
-    throw IOError(context_ + ": " + path_ + ": " + what);
-  }
+  [[noreturn]] void fail(const std::string& what) const { throw IOError(context_ + ": " + path_ + ": " + what); }
 
  private:
   [[noreturn]] void fail_zlib() {
@@ -88,8 +86,8 @@ IdxArray read_idx_ubyte(const std::string& path, std::uint32_t magic, const std:
   }
   const std::uint32_t found = big_endian(head);
   if (found != magic) {
-    reader.fail("not an IDX " + std::string(kind) + " file: magic number " + std::to_string(found) +
-                ", expected " + std::to_string(magic) + " (the file is corrupt, or not what its name says)");
+    reader.fail("not an IDX " + std::string(kind) + " file: magic number " + std::to_string(found) + ", expected " +
+                std::to_string(magic) + " (the file is corrupt, or not what its name says)");
   }
 
   IdxArray array;

@@ -14,8 +14,8 @@ inline constexpr std::uint32_t kIdxLabelsMagic = 2049;
 inline constexpr std::uint32_t kIdxImagesMagic = 2051;
 
 struct IdxArray {
-  std::vector<std::int64_t> dims;   // from the header, e.g. {60000, 28, 28}
-  std::vector<std::uint8_t> data;   // the product of dims bytes, row-major
+  std::vector<std::int64_t> dims;  // from the header, e.g. {60000, 28, 28}
+  std::vector<std::uint8_t> data;  // the product of dims bytes, row-major
 };
 
 // Reads the IDX file at `path` (gzip'd or not: zlib reads both) whose magic number must be

@@ -25,7 +25,9 @@ class SplitMix64 {
     return z ^ (z >> 31);
   }
   // Uniform in [-1, 1) on a grid of 2^-23: exact in float32.
-  float uniform() { return static_cast<float>(static_cast<std::int64_t>(next() >> 40) - (std::int64_t{1} << 23)) * 0x1p-23f; }
+  float uniform() {
+    return static_cast<float>(static_cast<std::int64_t>(next() >> 40) - (std::int64_t{1} << 23)) * 0x1p-23f;
+  }
 
  private:
   std::uint64_t state_;
@@ -51,7 +53,8 @@ SyntheticClassification::SyntheticClassification(SyntheticOptions options) : opt
   numel_ = 1;
   for (std::int64_t d : options_.shape) {
     if (d < 1) {
-      throw InvalidArgument(std::string(kWhere) + ": every dimension of shape must be at least 1, got " + std::to_string(d));
+      throw InvalidArgument(std::string(kWhere) + ": every dimension of shape must be at least 1, got " +
+                            std::to_string(d));
     }
     numel_ *= d;
     if (numel_ > (std::int64_t{1} << 31)) {

@@ -55,8 +55,8 @@ std::string early_termination_message(const std::vector<int>& training, int worl
   for (int r = 0; r < world; ++r) {
     if (!std::binary_search(training.begin(), training.end(), r)) stopped.push_back(r);
   }
-  return cat("ddp::join: ", ranks_phrase(stopped), stopped.size() == 1 ? " has" : " have",
-             " run out of inputs while ", ranks_phrase(training), training.size() == 1 ? " still trains" : " still train",
+  return cat("ddp::join: ", ranks_phrase(stopped), stopped.size() == 1 ? " has" : " have", " run out of inputs while ",
+             ranks_phrase(training), training.size() == 1 ? " still trains" : " still train",
              " (throw_on_early_termination): every rank throws this error at the same iteration. Catch it on "
              "every rank, or give every rank the same number of batches, or leave throw_on_early_termination off "
              "so that the ranks still training go on without them.");

@@ -18,7 +18,8 @@ namespace ddp::detail {
 class JoinRun final : public JoinContext {
  public:
   JoinRun(const std::vector<JoinableRef>& joinables, JoinOptions options) : options_(options) {
-    if (joinables.empty()) throw InvalidArgument("ddp::join: the list of joinables is empty; pass the DDP model at least");
+    if (joinables.empty())
+      throw InvalidArgument("ddp::join: the list of joinables is empty; pass the DDP model at least");
     for (std::size_t i = 0; i < joinables.size(); ++i) {
       Joinable* j = joinables[i].get();
       if (!j) throw InvalidArgument(cat("ddp::join: joinable ", i, " is null"));
@@ -28,7 +29,8 @@ class JoinRun final : public JoinContext {
         group_ = std::move(group);
         device_ = j->join_device();
       } else if (group != group_) {
-        throw InvalidArgument(cat("ddp::join: joinable ", i, " communicates on another process group than joinable 0; "
+        throw InvalidArgument(cat("ddp::join: joinable ", i,
+                                  " communicates on another process group than joinable 0; "
                                   "the joinables of one join must share their group (as in PyTorch)"));
       }
       joinables_.push_back(j);
@@ -172,9 +174,10 @@ std::optional<std::vector<int>> members_still_training(const ProcessGroup& group
   }
   if (!run || !run->options().enable) return std::nullopt;
   if (!run->announced()) {
-    throw Error("SyncBatchNorm ran inside ddp::join before any iteration was announced: put the "
-                "DistributedDataParallel model that holds it first among the join's joinables (its forward "
-                "announces each iteration), and call the layer from that model's forward");
+    throw Error(
+        "SyncBatchNorm ran inside ddp::join before any iteration was announced: put the "
+        "DistributedDataParallel model that holds it first among the join's joinables (its forward "
+        "announces each iteration), and call the layer from that model's forward");
   }
   const auto training = run->training_ranks();
   const auto& join_group = *run->process_group();

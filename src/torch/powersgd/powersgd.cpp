@@ -62,7 +62,8 @@ void decompress(const at::Tensor& p, const at::Tensor& q, const at::Tensor& matr
   AT_DISPATCH_FLOATING_TYPES(type, "powersgd decompress", [&] {
     const at::Tensor qt = q.t().contiguous();  // the row loops run along m
     scalar_t* e = error.defined() ? error.data_ptr<scalar_t>() : nullptr;
-    at::parallel_for(0, n, std::max<std::int64_t>(1, 65536 / std::max<std::int64_t>(m, 1)), [&](std::int64_t from, std::int64_t to) {
+    at::parallel_for(0, n, std::max<std::int64_t>(1, 65536 / std::max<std::int64_t>(m, 1)),
+                     [&](std::int64_t from, std::int64_t to) {
       std::vector<scalar_t> row(static_cast<std::size_t>(m));
       detail::decompress_rows(p.data_ptr<scalar_t>(), qt.data_ptr<scalar_t>(), matrix.data_ptr<scalar_t>(), e,
                               row.data(), from, to, m, p.size(1));
@@ -84,9 +85,9 @@ std::vector<at::Tensor> gradients(const GradBucket& bucket) {
 
 // One matrix (or a stack of same-shaped ones) to compress, with its P and Q in the bucket's memory.
 struct Compressed {
-  at::Tensor matrices;            // batch x n x m: a view of the bucket, or a stack of copies
+  at::Tensor matrices;              // batch x n x m: a view of the bucket, or a stack of copies
   std::vector<at::Tensor> stacked;  // with a stack: the bucket's views it was copied from
-  at::Tensor p, q;                // batch x n x r, batch x m x r
+  at::Tensor p, q;                  // batch x n x r, batch x m x r
 };
 
 // The bucket's gradients split as PyTorch's hook splits them, in its order: matrices to compress
@@ -154,7 +155,8 @@ at::Tensor& fitted(at::Tensor& memorized, std::int64_t numel, const at::Tensor& 
                    std::size_t bucket) {
   if (memorized.numel() != numel) {
     throw Error(cat("powersgd: the memorized ", what, " of bucket ", bucket, " has ", memorized.numel(),
-                    " elements but the bucket needs ", numel, "; the buckets changed since it was memorized (a "
+                    " elements but the bucket needs ", numel,
+                    "; the buckets changed since it was memorized (a "
                     "checkpoint's PowerSGD state from another model or bucket_cap_mb?)"));
   }
   if (memorized.device() != like.device() || memorized.scalar_type() != like.scalar_type()) {

@@ -20,7 +20,8 @@ const PowerSGDOptions& checked(const PowerSGDOptions& o) {
   }
   if (o.start_powerSGD_iter < 0) bad(cat("start_powerSGD_iter is ", o.start_powerSGD_iter, "; it must be >= 0"));
   if ((o.use_error_feedback || o.warm_start) && o.start_powerSGD_iter <= 1) {
-    bad(cat("start_powerSGD_iter is ", o.start_powerSGD_iter, "; with use_error_feedback or warm_start it must be > 1, "
+    bad(cat("start_powerSGD_iter is ", o.start_powerSGD_iter,
+            "; with use_error_feedback or warm_start it must be > 1, "
             "because DDP rebuilds its buckets after the first iteration, which invalidates what PowerSGD memorized"));
   }
   if (!(o.min_compression_rate >= 0)) {
@@ -118,7 +119,8 @@ void PowerSGDState::load(torch::serialize::InputArchive& archive) {
   o.warm_start = boolean("warm_start");
   o.orthogonalization_epsilon = real("orthogonalization_epsilon");
   const std::int64_t seed = integer("random_seed");
-  if (seed < 0 || seed > 0xFFFFFFFFLL) throw Error(cat("PowerSGDState::load: 'random_seed' is ", seed, ", not a 32-bit seed"));
+  if (seed < 0 || seed > 0xFFFFFFFFLL)
+    throw Error(cat("PowerSGDState::load: 'random_seed' is ", seed, ", not a 32-bit seed"));
   o.random_seed = static_cast<std::uint32_t>(seed);
   o.batch_tensors_with_same_shape = boolean("batch_tensors_with_same_shape");
   checked(o);

@@ -30,12 +30,13 @@ at::Tensor flat_for(const std::vector<at::Tensor>& params, ProcessGroup& group) 
     try {
       memory = group.allocate_shared_memory(bytes);
     } catch (const IOError& e) {  // out of descriptors or memory: ordinary memory still does
-      log(LogLevel::Warn, "DistributedDataParallel: a bucket of ", bytes, " bytes stays in ordinary memory (",
-          e.what(), "); its all-reduce copies through the shared segment");
+      log(LogLevel::Warn, "DistributedDataParallel: a bucket of ", bytes, " bytes stays in ordinary memory (", e.what(),
+          "); its all-reduce copies through the shared segment");
     }
     if (memory) {
       void* data = memory.get();
-      return at::from_blob(data, {total}, [memory = std::move(memory)](void*) {}, options);  // zeroed already
+      return at::from_blob(
+          data, {total}, [memory = std::move(memory)](void*) {}, options);  // zeroed already
     }
   }
   return at::zeros({total}, options);
@@ -76,7 +77,8 @@ std::int64_t Bucket::bytes() const { return flat_.numel() * flat_.element_size()
 
 at::Tensor Bucket::alias(std::size_t k) const {
   const at::Tensor& view = views_[k];
-  return at::from_blob(view.data_ptr(), view.sizes(), [keep = flat_](void*) {}, view.options());
+  return at::from_blob(
+      view.data_ptr(), view.sizes(), [keep = flat_](void*) {}, view.options());
 }
 
 bool Bucket::stale_alias_held() const {
@@ -158,7 +160,8 @@ void Bucket::fill(const std::vector<std::uint8_t>& used, int divisor) {
 void Bucket::launch(const CommHook& hook) {
   future_ = hook ? hook(handed_)
                  : std::make_shared<Future>(all_reduce_async(flat_, reduce_op_, handed_.process_group()), flat_);
-  if (!future_) throw Error(cat("DistributedDataParallel: the comm hook returned no future for bucket ", handed_.index()));
+  if (!future_)
+    throw Error(cat("DistributedDataParallel: the comm hook returned no future for bucket ", handed_.index()));
 }
 
 void Bucket::write_back(const std::vector<std::uint8_t>& globally_used) {
@@ -167,7 +170,8 @@ void Bucket::write_back(const std::vector<std::uint8_t>& globally_used) {
   try {
     result = future_->wait();
   } catch (const Error&) {
-    rethrow_with_context(cat("DistributedDataParallel: the gradient all-reduce of bucket ", handed_.index(), " failed"));
+    rethrow_with_context(
+        cat("DistributedDataParallel: the gradient all-reduce of bucket ", handed_.index(), " failed"));
   }
   future_.reset();
   if (result.data_ptr() != flat_.data_ptr()) flat_.copy_(result.view({-1}));

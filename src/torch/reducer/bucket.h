@@ -86,12 +86,12 @@ class Bucket {
   std::vector<at::Tensor> params_;  // members_' parameters (handles: .grad is theirs)
   std::shared_ptr<ProcessGroup> group_;
   at::Tensor flat_;
-  std::vector<at::Tensor> views_;    // per member, shaped like it, into flat_
-  std::vector<at::Tensor> aliases_;  // copy semantics: per member, the alias .grad last got (or none)
-  GradBucket handed_;                // what the hook gets; alive as long as its Future may run
+  std::vector<at::Tensor> views_;       // per member, shaped like it, into flat_
+  std::vector<at::Tensor> aliases_;     // copy semantics: per member, the alias .grad last got (or none)
+  GradBucket handed_;                   // what the hook gets; alive as long as its Future may run
   ReduceOp reduce_op_ = ReduceOp::SUM;  // of the built-in all-reduce, set by fill
-  int divisor_ = 0;         // of reciprocal_
-  at::Tensor reciprocal_;  // 1 / divisor_ as a wrapped scalar, as PyTorch's reducer multiplies by it
+  int divisor_ = 0;                     // of reciprocal_
+  at::Tensor reciprocal_;               // 1 / divisor_ as a wrapped scalar, as PyTorch's reducer multiplies by it
   bool as_view_;
   std::shared_ptr<Future> future_;
 };

@@ -46,8 +46,9 @@ ModuleState collect(torch::nn::Module& module) {
     if (seen.insert(item.value().unsafeGetTensorImpl()).second) state.buffers.push_back(item.value());
   }
   if (state.params.empty()) {
-    throw InvalidArgument("DistributedDataParallel: the module has no parameters that require gradients; there is "
-                          "nothing to synchronize");
+    throw InvalidArgument(
+        "DistributedDataParallel: the module has no parameters that require gradients; there is "
+        "nothing to synchronize");
   }
   return state;
 }
@@ -64,8 +65,9 @@ void check_devices(const ModuleState& state, const DDPOptions& options) {
     }
   }
   if (device.is_cpu() && (!options.device_ids.empty() || options.output_device)) {
-    throw InvalidArgument("DistributedDataParallel: device_ids and output_device are for CUDA modules; this module is "
-                          "on the CPU, so leave them empty (as in PyTorch)");
+    throw InvalidArgument(
+        "DistributedDataParallel: device_ids and output_device are for CUDA modules; this module is "
+        "on the CPU, so leave them empty (as in PyTorch)");
   }
   if (device.is_cuda() && !options.device_ids.empty() &&
       (options.device_ids.size() != 1 || options.device_ids[0] != device.index())) {
@@ -75,7 +77,8 @@ void check_devices(const ModuleState& state, const DDPOptions& options) {
   if (options.output_device &&
       (*options.output_device < 0 || *options.output_device >= static_cast<int>(torch::cuda::device_count()))) {
     throw InvalidArgument(cat("DistributedDataParallel: output_device ", *options.output_device,
-                              " is not a CUDA device of this process (it sees ", static_cast<int>(torch::cuda::device_count()), ")"));
+                              " is not a CUDA device of this process (it sees ",
+                              static_cast<int>(torch::cuda::device_count()), ")"));
   }
 }
 
@@ -98,7 +101,8 @@ class DDPCore::Impl {
   Impl(torch::nn::Module& module, DDPOptions options) : options_(std::move(options)) {
     group_ = options_.process_group ? options_.process_group : get_default_group();
     if (!(options_.bucket_cap_mb > 0)) {
-      throw InvalidArgument(cat("DistributedDataParallel: bucket_cap_mb must be positive, got ", options_.bucket_cap_mb));
+      throw InvalidArgument(
+          cat("DistributedDataParallel: bucket_cap_mb must be positive, got ", options_.bucket_cap_mb));
     }
     auto state = collect(module);
     check_devices(state, options_);

@@ -62,9 +62,10 @@ void check_same_parameters(const std::shared_ptr<ProcessGroup>& group, const std
     if (same) continue;
     std::vector<std::string> where;
     for (int r = 0; r < group->size(); ++r) {
-      where.push_back(cat("rank ", r, ": ", i < per_rank[r].size() ? per_rank[r][i] : "(no such parameter: it has " +
-                                                                                   std::to_string(per_rank[r].size()) +
-                                                                                   " parameters)"));
+      where.push_back(cat("rank ", r, ": ",
+                          i < per_rank[r].size()
+                              ? per_rank[r][i]
+                              : "(no such parameter: it has " + std::to_string(per_rank[r].size()) + " parameters)"));
     }
     throw MismatchError(cat("DistributedDataParallel: the model differs across ranks at parameter ", i, " (",
                             join(where, "; "),

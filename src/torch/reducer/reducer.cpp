@@ -35,7 +35,6 @@ std::vector<ParamSpec> specs_of(const std::vector<at::Tensor>& params) {
   return specs;
 }
 
-
 std::string times(int n) { return cat(n, n == 1 ? " time" : " times"); }
 
 }  // namespace
@@ -84,12 +83,14 @@ BucketPlan Reducer::bucket_plan() const {
 void Reducer::register_comm_hook(CommHook hook) {
   if (!hook) throw InvalidArgument("register_comm_hook: the hook is empty");
   if (hook_) {
-    throw Error("register_comm_hook: a communication hook is already registered; DistributedDataParallel takes one "
-                "(register it once, right after construction)");
+    throw Error(
+        "register_comm_hook: a communication hook is already registered; DistributedDataParallel takes one "
+        "(register it once, right after construction)");
   }
   if (synced_once_) {
-    throw Error("register_comm_hook: a backward pass has already run; register the hook right after constructing "
-                "DistributedDataParallel, before the first backward");
+    throw Error(
+        "register_comm_hook: a backward pass has already run; register the hook right after constructing "
+        "DistributedDataParallel, before the first backward");
   }
   hook_ = std::move(hook);
 }
@@ -111,11 +112,11 @@ void Reducer::refresh_hooks() {
     std::weak_ptr<std::atomic<Reducer*>> self = self_;
     accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
         [self, i](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
-          if (auto cell = self.lock()) {
-            if (Reducer* reducer = cell->load()) reducer->on_gradient(i);
-          }
-          return outputs;
-        }));
+      if (auto cell = self.lock()) {
+        if (Reducer* reducer = cell->load()) reducer->on_gradient(i);
+      }
+      return outputs;
+    }));
     accumulators_[i] = std::move(accumulator);  // the parameter holds it only weakly
   }
 }
@@ -171,8 +172,7 @@ void Reducer::on_gradient(std::size_t i) {
   if (!in_backward_) begin_backward();
   switch (arrivals_.arrive(i)) {
     case Arrivals::Verdict::Counted:
-    case Arrivals::Verdict::Waiting:
-      return;
+    case Arrivals::Verdict::Waiting: return;
     case Arrivals::Verdict::TooMany:
       if (options_.static_graph) {
         fail(cat("DistributedDataParallel (static_graph): the graph changed after the first iteration: ",
@@ -185,8 +185,7 @@ void Reducer::on_gradient(std::size_t i) {
                "checkpointing runs, or one parameter used in several checkpointed segments), so its bucket may "
                "be all-reduced without the second part. If the graph is the same in every iteration, construct "
                "DDP with {.static_graph = true}: it counts how often each gradient arrives."));
-    case Arrivals::Verdict::Ready:
-      break;
+    case Arrivals::Verdict::Ready: break;
   }
   if (readiness_->is_ready(i)) {  // marked at the start as unreached by the forward's graph
     fail(cat("DistributedDataParallel: parameter ", describe({i}),

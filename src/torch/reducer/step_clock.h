@@ -21,7 +21,8 @@ class StepClock {
   // A backward's gradients are all computed at `computed` (from the end of forward: backward);
   // then its buckets were waited for from `wait_start` to `end`. `synchronized`: it all-reduced,
   // which ends a step (under no_sync the step goes on).
-  void backward_ends(Clock::time_point computed, Clock::time_point wait_start, Clock::time_point end, bool synchronized);
+  void backward_ends(Clock::time_point computed, Clock::time_point wait_start, Clock::time_point end,
+                     bool synchronized);
 
   // The totals of the steps ended since the previous take (a step under way stays), then zero.
   RankStepTimes take();

@@ -57,8 +57,8 @@ StragglerReport make_straggler_report(std::vector<RankStepTimes> ranks) {
     report.text = "no straggler report yet: no rank has finished a synchronized step since the last report";
     return report;
   }
-  report.steps = (*std::min_element(timed.begin(), timed.end(),
-                                    [](auto* a, auto* b) { return a->steps < b->steps; }))->steps;
+  report.steps =
+      (*std::min_element(timed.begin(), timed.end(), [](auto* a, auto* b) { return a->steps < b->steps; }))->steps;
   const RankStepTimes& slow = **std::max_element(
       timed.begin(), timed.end(), [](auto* a, auto* b) { return a->own_per_step() < b->own_per_step(); });
   report.straggler = slow.rank;
@@ -91,8 +91,9 @@ StragglerReport make_straggler_report(std::vector<RankStepTimes> ranks) {
 
   const std::string ms = fixed("%.1f ms", 1e3 * slow.own_per_step());
   if (timed.size() < 2 || report.ratio < 1.1) {
-    report.text = detail::cat("no straggler over ", report.steps, " steps: the slowest rank, ", who(slow), ", takes ",
-                              fixed("%.2fx", report.ratio), " the other ranks' median time per step (", ms, " without waiting)");
+    report.text =
+        detail::cat("no straggler over ", report.steps, " steps: the slowest rank, ", who(slow), ", takes ",
+                    fixed("%.2fx", report.ratio), " the other ranks' median time per step (", ms, " without waiting)");
   } else {
     report.text = detail::cat(who(slow), " is the straggler: its step takes ", fixed("%.2fx", report.ratio),
                               " the other ranks' median (", ms, " without waiting, over ", report.steps, " steps), ",

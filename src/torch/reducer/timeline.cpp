@@ -26,8 +26,9 @@ Timeline::Timeline(const std::string& path, int rank) : path_(path), rank_(rank)
   if (!file_) throw IOError(cat("DDP_TIMELINE: cannot write ", quote(path, 512), ": ", std::strerror(errno)));
   std::fprintf(file_, "[\n");
   for (int lane : {kCompute, kCommunication}) {
-    std::fprintf(file_, "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": %d, \"args\": {\"name\": \"%s\"}},\n",
-                 rank_, lane, lane == kCompute ? "compute (forward, backward)" : "communication (bucket all-reduce)");
+    std::fprintf(
+        file_, "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": %d, \"args\": {\"name\": \"%s\"}},\n",
+        rank_, lane, lane == kCompute ? "compute (forward, backward)" : "communication (bucket all-reduce)");
   }
   std::fprintf(file_, "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"args\": {\"name\": \"rank %d\"}},\n",
                rank_, rank_);
@@ -46,8 +47,10 @@ void Timeline::span(const std::string& name, Lane lane, Clock::time_point start,
   const double ts = duration<double, std::micro>(start - origin_).count();
   const double dur = duration<double, std::micro>(end - start).count();
   std::lock_guard lock(mutex_);
-  std::fprintf(file_, "{\"name\": \"%s\", \"ph\": \"X\", \"pid\": %d, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, \"args\": {%s}},\n",
-               name.c_str(), rank_, static_cast<int>(lane), ts, dur, args.c_str());
+  std::fprintf(
+      file_,
+      "{\"name\": \"%s\", \"ph\": \"X\", \"pid\": %d, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, \"args\": {%s}},\n",
+      name.c_str(), rank_, static_cast<int>(lane), ts, dur, args.c_str());
   std::fflush(file_);
 }
 

@@ -24,8 +24,8 @@ void check_shard_args(const char* where, std::int64_t dataset_size, int num_repl
   }
   if (rank >= num_replicas) {
     throw InvalidArgument(prefix + "rank " + std::to_string(rank) + " is not less than num_replicas " +
-                          std::to_string(num_replicas) + ": a rank must be in [0, " +
-                          std::to_string(num_replicas - 1) + "]; pass the process's rank and the world size");
+                          std::to_string(num_replicas) + ": a rank must be in [0, " + std::to_string(num_replicas - 1) +
+                          "]; pass the process's rank and the world size");
   }
 }
 
@@ -33,10 +33,12 @@ void check_pass_args(const char* where, std::int64_t dataset_size, std::int64_t 
                      bool even_shards) {
   if (start < 0 || start > dataset_size) {
     throw InvalidArgument(std::string(where) + ": start " + std::to_string(start) + " is outside [0, " +
-                          std::to_string(dataset_size) + "]: it counts the samples of the epoch consumed before the pass");
+                          std::to_string(dataset_size) +
+                          "]: it counts the samples of the epoch consumed before the pass");
   }
   if (drop_last && !even_shards) {
-    throw InvalidArgument(std::string(where) + ": drop_last trims the shards to one length, and even_shards = false "
+    throw InvalidArgument(std::string(where) +
+                          ": drop_last trims the shards to one length, and even_shards = false "
                           "gives each rank exactly its share: choose one");
   }
 }
@@ -105,9 +107,9 @@ std::vector<std::int64_t> distributed_pass_indices(std::int64_t dataset_size, in
   return out;
 }
 
-std::vector<std::int64_t> distributed_indices(std::int64_t dataset_size, int num_replicas, int rank,
-                                              std::uint64_t seed, std::int64_t epoch, bool shuffle,
-                                              bool drop_last, RandpermCompat randperm) {
+std::vector<std::int64_t> distributed_indices(std::int64_t dataset_size, int num_replicas, int rank, std::uint64_t seed,
+                                              std::int64_t epoch, bool shuffle, bool drop_last,
+                                              RandpermCompat randperm) {
   return distributed_pass_indices(dataset_size, num_replicas, rank, seed, epoch, 0, shuffle, drop_last, true, randperm);
 }
 

@@ -184,7 +184,8 @@ torch::optional<std::vector<std::size_t>> DistributedSampler::next(std::size_t b
   s.ensure_indices();
   const auto total = static_cast<std::int64_t>(s.indices.size());
   if (s.consumed >= total) return torch::nullopt;
-  const std::int64_t end = s.consumed + std::min<std::int64_t>(static_cast<std::int64_t>(batch_size), total - s.consumed);
+  const std::int64_t end =
+      s.consumed + std::min<std::int64_t>(static_cast<std::int64_t>(batch_size), total - s.consumed);
   std::vector<std::size_t> batch;
   batch.reserve(static_cast<std::size_t>(end - s.consumed));
   for (std::int64_t i = s.consumed; i < end; ++i) batch.push_back(static_cast<std::size_t>(s.indices[i]));
@@ -231,10 +232,10 @@ void DistributedSampler::set_state(const DistributedSamplerState& state) {
   const std::int64_t most =
       distributed_pass_size(s.dataset_size, state.num_replicas, 0, state.start, s.drop_last, s.even_shards);
   if (state.consumed < 0 || state.consumed > most) {
-    throw InvalidArgument(prefix + "consumed " + std::to_string(state.consumed) + " is outside [0, " +
-                          std::to_string(most) + "], the indices a rank reads " +
-                          (state.start == 0 ? std::string("per epoch")
-                                            : "in a pass from sample " + std::to_string(state.start)));
+    throw InvalidArgument(
+        prefix + "consumed " + std::to_string(state.consumed) + " is outside [0, " + std::to_string(most) +
+        "], the indices a rank reads " +
+        (state.start == 0 ? std::string("per epoch") : "in a pass from sample " + std::to_string(state.start)));
   }
   // The same world: that very pass, from its next index. Another: a pass over the rest.
   const bool same_world = state.num_replicas == s.num_replicas;

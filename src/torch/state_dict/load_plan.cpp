@@ -15,7 +15,8 @@ bool starts_with(std::string_view s, std::string_view head) { return s.substr(0,
 
 }  // namespace
 
-LoadPlan plan_load(const std::vector<TensorInfo>& module, const std::vector<TensorInfo>& file, const std::string& prefix) {
+LoadPlan plan_load(const std::vector<TensorInfo>& module, const std::vector<TensorInfo>& file,
+                   const std::string& prefix) {
   LoadPlan plan;
   auto& report = plan.report;
   // The file's keys as the module would name them, and where each came from.
@@ -33,14 +34,18 @@ LoadPlan plan_load(const std::vector<TensorInfo>& module, const std::vector<Tens
       report.notes.push_back(cat("no key of the file begins with the prefix ", quote(prefix), " (the first is ",
                                  quote(file.front().name), ")"));
     } else if (outside > 0) {
-      report.notes.push_back(cat("ignored ", outside, " keys of the file that do not begin with the prefix ", quote(prefix)));
+      report.notes.push_back(
+          cat("ignored ", outside, " keys of the file that do not begin with the prefix ", quote(prefix)));
     }
   }
-  const bool all_ddp = !keys.empty() && std::all_of(keys.begin(), keys.end(), [](const auto& k) { return starts_with(k.first, kDdpPrefix); });
-  const bool module_ddp = std::any_of(module.begin(), module.end(), [](const auto& m) { return starts_with(m.name, kDdpPrefix); });
+  const bool all_ddp = !keys.empty() && std::all_of(keys.begin(), keys.end(),
+                                                    [](const auto& k) { return starts_with(k.first, kDdpPrefix); });
+  const bool module_ddp =
+      std::any_of(module.begin(), module.end(), [](const auto& m) { return starts_with(m.name, kDdpPrefix); });
   if (all_ddp && !module_ddp) {
     for (auto& k : keys) k.first.erase(0, kDdpPrefix.size());
-    report.notes.push_back("stripped DDP's \"module.\" prefix from the file's keys (a DistributedDataParallel model's state dict)");
+    report.notes.push_back(
+        "stripped DDP's \"module.\" prefix from the file's keys (a DistributedDataParallel model's state dict)");
   }
 
   std::map<std::string, std::size_t> in_file;
@@ -59,7 +64,8 @@ LoadPlan plan_load(const std::vector<TensorInfo>& module, const std::vector<Tens
       continue;
     }
     if (source.dtype != module[m].dtype) {
-      report.notes.push_back(cat(quote(module[m].name), ": ", source.dtype, " in the file, converted to ", module[m].dtype));
+      report.notes.push_back(
+          cat(quote(module[m].name), ": ", source.dtype, " in the file, converted to ", module[m].dtype));
     }
     plan.copies.emplace_back(m, keys[it->second].second);
   }

@@ -20,10 +20,11 @@ struct TensorInfo {
 };
 
 struct LoadPlan {
-  LoadReport report;                                    // its format and loaded count are the caller's
+  LoadReport report;                                        // its format and loaded count are the caller's
   std::vector<std::pair<std::size_t, std::size_t>> copies;  // (module index, file index), in the module's order
 };
 
-LoadPlan plan_load(const std::vector<TensorInfo>& module, const std::vector<TensorInfo>& file, const std::string& prefix);
+LoadPlan plan_load(const std::vector<TensorInfo>& module, const std::vector<TensorInfo>& file,
+                   const std::string& prefix);
 
 }  // namespace ddp::detail

@@ -39,9 +39,7 @@ class Reader {
   }
 
  private:
-  [[noreturn]] void fail(const std::string& what) const {
-    throw IOError(cat(what, " (pickle byte ", op_pos_, ")"));
-  }
+  [[noreturn]] void fail(const std::string& what) const { throw IOError(cat(what, " (pickle byte ", op_pos_, ")")); }
   // What a state dict does not need: refused, with the way to re-save the file.
   [[noreturn]] void refuse(const std::string& what) const {
     throw IOError(cat(what, " (pickle byte ", op_pos_, "). ", kResaveHint));
@@ -100,7 +98,8 @@ class Reader {
   Value& at(std::size_t index) { return out_.values[index]; }
 
   std::string text(std::string_view bytes) {
-    if (!weights::decode_utf8(bytes, nullptr)) fail(cat("damaged: opcode ", op_text(), " holds a string that is not UTF-8"));
+    if (!weights::decode_utf8(bytes, nullptr))
+      fail(cat("damaged: opcode ", op_text(), " holds a string that is not UTF-8"));
     return std::string(bytes);
   }
 
@@ -112,7 +111,8 @@ class Reader {
   }
 
   void global(std::string module, std::string name) {
-    if (module.find('\n') != std::string::npos || name.find('\n') != std::string::npos) fail("damaged: a global's name");
+    if (module.find('\n') != std::string::npos || name.find('\n') != std::string::npos)
+      fail("damaged: a global's name");
     std::string full = module + "." + name;
     if (!allowed_global(full)) {
       refuse(cat("the pickle needs the Python object ", quote(full, 200), ", which is code, not data"));
@@ -130,13 +130,15 @@ class Reader {
 
   std::int64_t int_of(std::size_t index, const char* what) {
     const auto& v = at(index);
-    if (v.kind != Kind::Int && v.kind != Kind::Bool) fail(cat("damaged: ", what, " is ", describe(out_, index), ", not an int"));
+    if (v.kind != Kind::Int && v.kind != Kind::Bool)
+      fail(cat("damaged: ", what, " is ", describe(out_, index), ", not an int"));
     return v.number;
   }
 
   std::vector<std::int64_t> ints_of(std::size_t index, const char* what) {
     const auto& v = at(index);
-    if (v.kind != Kind::Tuple && v.kind != Kind::List) fail(cat("damaged: ", what, " is ", describe(out_, index), ", not a tuple"));
+    if (v.kind != Kind::Tuple && v.kind != Kind::List)
+      fail(cat("damaged: ", what, " is ", describe(out_, index), ", not a tuple"));
     if (v.items.size() > weights::kMaxDims) fail(cat("damaged: ", what, " has ", v.items.size(), " dimensions"));
     std::vector<std::int64_t> out;
     for (auto item : v.items) out.push_back(int_of(item, what));
@@ -150,8 +152,8 @@ class Reader {
     const std::size_t fields = ids_ == PersistentIds::Zip ? 5 : 6;
     if (v.kind != Kind::Tuple || v.items.size() != fields || at(v.items[0]).kind != Kind::String ||
         at(v.items[0]).text != "storage") {
-      fail(cat("damaged: a persistent id that is not ('storage', type, key, location, size", fields == 6 ? ", view)" : ")",
-               " but ", describe(out_, pid)));
+      fail(cat("damaged: a persistent id that is not ('storage', type, key, location, size",
+               fields == 6 ? ", view)" : ")", " but ", describe(out_, pid)));
     }
     const auto items = v.items;
     const auto& type = at(items[1]);
@@ -166,8 +168,9 @@ class Reader {
       fail(cat("damaged: a storage of ", numel, " elements"));
     }
     if (fields == 6 && at(items[5]).kind != Kind::None) {
-      fail("the file holds a view into another storage, which PyTorch wrote before version 1.0; load it in Python "
-           "and save it again with torch.save(state_dict, path)");
+      fail(
+          "the file holds a view into another storage, which PyTorch wrote before version 1.0; load it in Python "
+          "and save it again with torch.save(state_dict, path)");
     }
     const std::string& key = at(items[2]).text;
     auto [it, fresh] = storage_index_.try_emplace(key, out_.storages.size());
@@ -206,7 +209,8 @@ class Reader {
     const auto args_index = pop();
     const auto callable = pop();
     if (at(callable).kind != Kind::Global) fail(cat("damaged: REDUCE of ", describe(out_, callable)));
-    if (at(args_index).kind != Kind::Tuple) fail(cat("damaged: REDUCE with ", describe(out_, args_index), " as arguments"));
+    if (at(args_index).kind != Kind::Tuple)
+      fail(cat("damaged: REDUCE with ", describe(out_, args_index), " as arguments"));
     const std::string name = at(callable).text;
     const std::vector<std::size_t> args = at(args_index).items;
     if (name == kOrderedDict) {
@@ -227,7 +231,8 @@ class Reader {
       // _codecs.encode(text, "latin1"): bytes, one per code point below 256.
       std::vector<std::uint32_t> points;
       if (args.size() != 2 || at(args[0]).kind != Kind::String || at(args[1]).kind != Kind::String ||
-          (at(args[1]).text != "latin1" && at(args[1]).text != "latin-1") || !weights::decode_utf8(at(args[0]).text, &points)) {
+          (at(args[1]).text != "latin1" && at(args[1]).text != "latin-1") ||
+          !weights::decode_utf8(at(args[0]).text, &points)) {
         fail("damaged: _codecs.encode other than of a string to latin1");
       }
       std::string bytes;
@@ -245,7 +250,8 @@ class Reader {
     switch (op_) {
       case '\x80': {
         const unsigned version = static_cast<unsigned char>(take(1)[0]);
-        if (version < 2 || version > 5) fail(cat("pickle protocol ", version, " (torch.save writes 2; 2 to 5 are read)"));
+        if (version < 2 || version > 5)
+          fail(cat("pickle protocol ", version, " (torch.save writes 2; 2 to 5 are read)"));
         return;
       }
       case '\x95': take(8); return;  // FRAME: a length, for buffering readers
@@ -346,7 +352,8 @@ class Reader {
       case '\x93': {
         const auto name = pop();
         const auto module = pop();
-        if (at(module).kind != Kind::String || at(name).kind != Kind::String) fail("damaged: STACK_GLOBAL of non-strings");
+        if (at(module).kind != Kind::String || at(name).kind != Kind::String)
+          fail("damaged: STACK_GLOBAL of non-strings");
         global(at(module).text, at(name).text);
         return;
       }
@@ -372,15 +379,18 @@ class Reader {
     const char* known = opcode_name(op_);
     if (!known) fail(cat("damaged: ", op_text(), " is not a pickle opcode"));
     refuse(cat("the pickle uses opcode ", op_text(), ", which state dicts do not need (", known,
-               op_ == 'i' || op_ == 'o' || op_ == '\x81' || op_ == '\x92' ? " builds an arbitrary object)" : " is outside the subset)"));
+               op_ == 'i' || op_ == 'o' || op_ == '\x81' || op_ == '\x92' ? " builds an arbitrary object)"
+                                                                          : " is outside the subset)"));
   }
 
   Value& list_at(std::size_t index) {
-    if (at(index).kind != Kind::List) fail(cat("damaged: ", op_text(), " onto ", describe(out_, index), ", not a list"));
+    if (at(index).kind != Kind::List)
+      fail(cat("damaged: ", op_text(), " onto ", describe(out_, index), ", not a list"));
     return at(index);
   }
   Value& dict_at(std::size_t index) {
-    if (at(index).kind != Kind::Dict) fail(cat("damaged: ", op_text(), " into ", describe(out_, index), ", not a dict"));
+    if (at(index).kind != Kind::Dict)
+      fail(cat("damaged: ", op_text(), " into ", describe(out_, index), ", not a dict"));
     return at(index);
   }
 

@@ -20,7 +20,21 @@ namespace ddp::detail::pickle {
 // One value of the pickled object. Containers refer to their items by index into
 // Pickle::values, so that a value referenced twice (the memo) is stored once.
 struct Value {
-  enum class Kind : std::uint8_t { None, Bool, Int, BigInt, Float, String, Bytes, Tuple, List, Dict, Tensor, Storage, Global };
+  enum class Kind : std::uint8_t {
+    None,
+    Bool,
+    Int,
+    BigInt,
+    Float,
+    String,
+    Bytes,
+    Tuple,
+    List,
+    Dict,
+    Tensor,
+    Storage,
+    Global
+  };
   Kind kind = Kind::None;
   std::int64_t number = 0;         // Bool, Int; Tensor and Storage: the index into Pickle::tensors / ::storages
   double real = 0;                 // Float
@@ -41,7 +55,7 @@ struct Pickle {
   std::size_t root = 0;                        // the pickled object
   std::vector<weights::TensorRecord> tensors;  // their .storage indexes `storages`
   std::vector<StorageRef> storages;
-  std::size_t size = 0;                        // bytes the pickle took, its STOP opcode included
+  std::size_t size = 0;  // bytes the pickle took, its STOP opcode included
 };
 
 // The persistent ids a pickle may hold: torch.save's zip format names a storage with 5 fields,

@@ -55,7 +55,7 @@ class Writer {
   }
 
  private:
-  void put() { memo('q', 'r', memo_++); }  // BINPUT, LONG_BINPUT
+  void put() { memo('q', 'r', memo_++); }                                    // BINPUT, LONG_BINPUT
   void get(std::size_t global) { memo('h', 'j', memo_of_global_[global]); }  // BINGET, LONG_BINGET
   // A memo opcode with a 1-byte index, or its long form with 4.
   void memo(char short_op, char long_op, std::uint64_t index) {
@@ -100,7 +100,7 @@ std::string write_state_dict(const weights::Weights& weights) {
     w.integer(t.offset);
     w.ints(t.sizes);
     w.ints(t.strides);
-    w.op('\x89');  // requires_grad = False
+    w.op('\x89');                            // requires_grad = False
     w.global("collections", "OrderedDict");  // backward hooks: none
     w.op(')');
     w.op('R');

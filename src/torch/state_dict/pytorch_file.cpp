@@ -104,11 +104,10 @@ Weights select(const Pickle& p, const std::string& key,
     out.tensors.emplace_back(name, std::move(t));
   }
   if (out.tensors.empty() && !candidates.empty()) {
-    throw IOError(cat("the file holds a checkpoint dict (keys ", key_list(entries), ") whose entr",
-                      candidates.size() == 1 ? "y " : "ies ", join(candidates, ", "),
-                      candidates.size() == 1 ? " holds" : " hold",
-                      " tensors: name the state dict with LoadOptions::key (for example .key = ",
-                      candidates.front(), ")"));
+    throw IOError(
+        cat("the file holds a checkpoint dict (keys ", key_list(entries), ") whose entr",
+            candidates.size() == 1 ? "y " : "ies ", join(candidates, ", "), candidates.size() == 1 ? " holds" : " hold",
+            " tensors: name the state dict with LoadOptions::key (for example .key = ", candidates.front(), ")"));
   }
   if (!skipped.empty()) {
     if (out.tensors.empty()) throw IOError(cat("the file's dict holds no tensors: ", join(skipped, ", ")));
@@ -134,20 +133,23 @@ Weights read_pytorch_zip(std::string_view bytes, const std::string& key) {
   const std::string first = zip.name(0);
   const auto slash = first.find('/');
   if (slash == std::string::npos || slash == 0) {
-    throw IOError(cat("a zip archive whose entry ", quote(first), " is not in a folder, as torch.save writes them: "
+    throw IOError(cat("a zip archive whose entry ", quote(first),
+                      " is not in a folder, as torch.save writes them: "
                       "not a torch.save file"));
   }
   const std::string folder = first.substr(0, slash + 1);
   if (zip.find(folder + "constants.pkl") || zip.find(folder + "code/")) {
-    throw IOError("a TorchScript archive (torch.jit.save, or LibTorch's torch::save), not a state dict: in Python, "
-                  "torch.save(torch.jit.load(path).state_dict(), \"model.pt\") writes one");
+    throw IOError(
+        "a TorchScript archive (torch.jit.save, or LibTorch's torch::save), not a state dict: in Python, "
+        "torch.save(torch.jit.load(path).state_dict(), \"model.pt\") writes one");
   }
   const auto data = zip.find(folder + "data.pkl");
   if (!data) throw IOError(cat("a zip archive without ", folder, "data.pkl: not a torch.save file"));
   if (const auto order = zip.find(folder + "byteorder")) {
     const auto mark = zip.read(*order);
     if (mark != "little") {
-      throw IOError(cat("written with byte order ", quote(mark), "; ddp reads little-endian files (load it in Python "
+      throw IOError(cat("written with byte order ", quote(mark),
+                        "; ddp reads little-endian files (load it in Python "
                         "on a little-endian machine and save it again)"));
     }
   }
@@ -188,17 +190,19 @@ Weights read_pytorch_legacy(std::string_view bytes, const std::string& key) {
   const auto protocol = next("the protocol version", pickle::PersistentIds::None);
   const auto& version = protocol.values[protocol.root];
   if (version.kind != Kind::Int || version.number != kLegacyProtocol) {
-    throw IOError(cat("legacy torch.save format with protocol version ",
-                      version.kind == Kind::Int ? std::to_string(version.number) : pickle::describe(protocol, protocol.root),
-                      "; ddp reads ", kLegacyProtocol));
+    throw IOError(
+        cat("legacy torch.save format with protocol version ",
+            version.kind == Kind::Int ? std::to_string(version.number) : pickle::describe(protocol, protocol.root),
+            "; ddp reads ", kLegacyProtocol));
   }
   const auto info = next("the system information", pickle::PersistentIds::None);
   std::vector<std::string> ignored;
   if (info.values[info.root].kind == Kind::Dict) {
     for (const auto& [k, v] : string_entries(info, info.root, ignored)) {
       if (k == "little_endian" && info.values[v].kind == Kind::Bool && info.values[v].number == 0) {
-        throw IOError("written on a big-endian machine; ddp reads little-endian files (load it in Python on a "
-                      "little-endian machine and save it again)");
+        throw IOError(
+            "written on a big-endian machine; ddp reads little-endian files (load it in Python on a "
+            "little-endian machine and save it again)");
       }
     }
   }
@@ -214,7 +218,8 @@ Weights read_pytorch_legacy(std::string_view bytes, const std::string& key) {
     const auto& k = keys.values[item];
     if (k.kind != Kind::String) throw IOError("legacy torch.save format: damaged: a storage key is not a string");
     const auto ref = refs.find(k.text);
-    if (ref == refs.end()) throw IOError(cat("legacy torch.save format: damaged: storage ", quote(k.text), " is used by nothing"));
+    if (ref == refs.end())
+      throw IOError(cat("legacy torch.save format: damaged: storage ", quote(k.text), " is used by nothing"));
     if (bytes.size() - pos < 8) {
       throw IOError(cat("truncated: storage ", quote(k.text), " should start at byte ", pos, ", but the file ends at ",
                         bytes.size()));
@@ -223,8 +228,8 @@ Weights read_pytorch_legacy(std::string_view bytes, const std::string& key) {
     for (std::size_t i = 8; i-- > 0;) numel = (numel << 8) | static_cast<unsigned char>(bytes[pos + i]);
     pos += 8;
     if (numel != ref->second->numel) {
-      throw IOError(cat("damaged: storage ", quote(k.text), " holds ", numel, " elements, its tensors say ",
-                        ref->second->numel));
+      throw IOError(
+          cat("damaged: storage ", quote(k.text), " holds ", numel, " elements, its tensors say ", ref->second->numel));
     }
     const std::uint64_t size = numel * element_size(ref->second->type);
     if (size > bytes.size() - pos) {

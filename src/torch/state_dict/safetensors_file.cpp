@@ -64,7 +64,8 @@ class Header {
   }
   void expect(char c) {
     if (!consume(c)) {
-      fail(pos_ < s_.size() ? cat("expected '", c, "' but found '", s_[pos_], "'") : cat("expected '", c, "' but it ends"));
+      fail(pos_ < s_.size() ? cat("expected '", c, "' but found '", s_[pos_], "'")
+                            : cat("expected '", c, "' but it ends"));
     }
   }
   bool literal(std::string_view word) {
@@ -79,7 +80,10 @@ class Header {
     unsigned v = 0;
     for (int i = 0; i < 4; ++i) {
       const char c = s_[pos_++];
-      const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+      const int d = c >= '0' && c <= '9'   ? c - '0'
+                    : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                    : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                           : -1;
       if (d < 0) fail("a \\u escape with a character that is not hexadecimal");
       v = (v << 4) | static_cast<unsigned>(d);
     }
@@ -119,7 +123,9 @@ class Header {
       if (pos_ >= s_.size()) fail("a string that does not end");
       const char e = s_[pos_++];
       switch (e) {
-        case '"': case '\\': case '/': out.push_back(e); break;
+        case '"':
+        case '\\':
+        case '/': out.push_back(e); break;
         case 'b': out.push_back('\b'); break;
         case 'f': out.push_back('\f'); break;
         case 'n': out.push_back('\n'); break;
@@ -156,7 +162,8 @@ class Header {
       v = v * 10 + digit;
     }
     if (pos_ == start) fail("expected a number");
-    if (pos_ < s_.size() && (s_[pos_] == '.' || s_[pos_] == 'e' || s_[pos_] == 'E')) fail("a number that is not an integer");
+    if (pos_ < s_.size() && (s_[pos_] == '.' || s_[pos_] == 'e' || s_[pos_] == 'E'))
+      fail("a number that is not an integer");
     return static_cast<std::int64_t>(v);
   }
 
@@ -229,7 +236,8 @@ class Header {
 };
 
 std::string json_string(std::string_view text) {
-  if (!decode_utf8(text)) throw InvalidArgument(cat("safetensors: the name or metadata ", quote(text), " is not UTF-8"));
+  if (!decode_utf8(text))
+    throw InvalidArgument(cat("safetensors: the name or metadata ", quote(text), " is not UTF-8"));
   std::string out = "\"";
   for (const char c : text) {
     if (c == '"' || c == '\\') {
@@ -276,12 +284,13 @@ Weights read_safetensors(std::string_view bytes) {
     e.numel = *count;
     const std::uint64_t size = *count * element_size(e.type);
     if (e.begin > e.end || e.end > data.size()) {
-      throw IOError(cat("tensor ", quote(e.name), "'s data_offsets [", e.begin, ", ", e.end,
-                        "] lie outside the data (", data.size(), " bytes after the header): truncated or damaged"));
+      throw IOError(cat("tensor ", quote(e.name), "'s data_offsets [", e.begin, ", ", e.end, "] lie outside the data (",
+                        data.size(), " bytes after the header): truncated or damaged"));
     }
     if (e.end - e.begin != size) {
       throw IOError(cat("tensor ", quote(e.name), " is ", name(e.type), " ", shape_string(e.shape), ", ", size,
-                        " bytes, but its data_offsets [", e.begin, ", ", e.end, "] hold ", e.end - e.begin, ": damaged"));
+                        " bytes, but its data_offsets [", e.begin, ", ", e.end, "] hold ", e.end - e.begin,
+                        ": damaged"));
     }
   }
   // Tensors in data order must cover the data exactly: no overlaps, no gaps.
@@ -293,8 +302,9 @@ Weights read_safetensors(std::string_view bytes) {
   std::uint64_t covered = 0;
   for (const Entry* e : order) {
     if (e->begin != covered) {
-      throw IOError(cat("tensor ", quote(e->name), " starts at data byte ", e->begin, ", but the tensors before it end at ",
-                        covered, e->begin < covered ? ": they overlap" : ": a gap", " (damaged)"));
+      throw IOError(cat("tensor ", quote(e->name), " starts at data byte ", e->begin,
+                        ", but the tensors before it end at ", covered,
+                        e->begin < covered ? ": they overlap" : ": a gap", " (damaged)"));
     }
     covered = e->end;
   }
@@ -302,11 +312,13 @@ Weights read_safetensors(std::string_view bytes) {
     throw IOError(cat("the tensors cover ", covered, " of the ", data.size(), " data bytes: damaged"));
   }
   for (const Entry* e : order) {
-    StorageRecord storage{e->type, e->numel,
-                          std::string(data.substr(static_cast<std::size_t>(e->begin), static_cast<std::size_t>(e->end - e->begin)))};
+    StorageRecord storage{
+        e->type, e->numel,
+        std::string(data.substr(static_cast<std::size_t>(e->begin), static_cast<std::size_t>(e->end - e->begin)))};
     normalize_bools(storage);
     out.storages.push_back(std::move(storage));
-    out.tensors.emplace_back(e->name, TensorRecord{e->type, e->shape, contiguous_strides(e->shape), 0, out.storages.size() - 1});
+    out.tensors.emplace_back(e->name,
+                             TensorRecord{e->type, e->shape, contiguous_strides(e->shape), 0, out.storages.size() - 1});
   }
   return out;
 }
@@ -340,7 +352,8 @@ std::string write_safetensors(const Weights& weights) {
   header.append((8 - header.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
   std::string out;
   out.reserve(8 + header.size() + static_cast<std::size_t>(offset));
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((static_cast<std::uint64_t>(header.size()) >> (8 * i)) & 0xFF));
+  for (int i = 0; i < 8; ++i)
+    out.push_back(static_cast<char>((static_cast<std::uint64_t>(header.size()) >> (8 * i)) & 0xFF));
   out += header;
   for (const auto& [name, t] : weights.tensors) out += weights.storages[t.storage].bytes;
   return out;

@@ -32,11 +32,11 @@ static_assert(std::endian::native == std::endian::little, "weight files hold lit
 namespace {
 
 constexpr std::pair<weights::ElementType, at::ScalarType> kTypes[] = {
-    {weights::ElementType::Float32, at::kFloat},   {weights::ElementType::Float64, at::kDouble},
-    {weights::ElementType::Float16, at::kHalf},    {weights::ElementType::BFloat16, at::kBFloat16},
-    {weights::ElementType::Int8, at::kChar},       {weights::ElementType::UInt8, at::kByte},
-    {weights::ElementType::Int16, at::kShort},     {weights::ElementType::Int32, at::kInt},
-    {weights::ElementType::Int64, at::kLong},      {weights::ElementType::Bool, at::kBool},
+    {weights::ElementType::Float32, at::kFloat}, {weights::ElementType::Float64, at::kDouble},
+    {weights::ElementType::Float16, at::kHalf},  {weights::ElementType::BFloat16, at::kBFloat16},
+    {weights::ElementType::Int8, at::kChar},     {weights::ElementType::UInt8, at::kByte},
+    {weights::ElementType::Int16, at::kShort},   {weights::ElementType::Int32, at::kInt},
+    {weights::ElementType::Int64, at::kLong},    {weights::ElementType::Bool, at::kBool},
 };
 
 at::ScalarType scalar_type(weights::ElementType type) {
@@ -95,8 +95,8 @@ weights::Weights pytorch_records(const StateDict& tensors) {
       auto whole = at::empty({0}, t.options().requires_grad(false)).set_(t.storage(), 0, {numel}, {1}).cpu();
       out.storages.push_back({type, static_cast<std::uint64_t>(numel), bytes_of(whole)});
     }
-    out.tensors.emplace_back(item.key(), weights::TensorRecord{type, t.sizes().vec(), t.strides().vec(),
-                                                               t.storage_offset(), it->second});
+    out.tensors.emplace_back(
+        item.key(), weights::TensorRecord{type, t.sizes().vec(), t.strides().vec(), t.storage_offset(), it->second});
   }
   return out;
 }
@@ -109,8 +109,9 @@ weights::Weights safetensors_records(const StateDict& tensors, const std::map<st
     const auto type = element_type(item.value(), item.key());
     const auto t = item.value().contiguous().cpu();
     out.storages.push_back({type, static_cast<std::uint64_t>(t.numel()), bytes_of(t)});
-    out.tensors.emplace_back(item.key(), weights::TensorRecord{type, t.sizes().vec(), weights::contiguous_strides(t.sizes().vec()),
-                                                               0, out.storages.size() - 1});
+    out.tensors.emplace_back(
+        item.key(), weights::TensorRecord{type, t.sizes().vec(), weights::contiguous_strides(t.sizes().vec()), 0,
+                                          out.storages.size() - 1});
   }
   out.metadata.assign(metadata.begin(), metadata.end());
   return out;
@@ -125,11 +126,12 @@ StateDict to_tensors(weights::Weights& file) {
       continue;
     }
     auto owner = std::make_shared<std::string>(std::move(storage.bytes));
-    storages.push_back(at::from_blob(owner->data(), {static_cast<std::int64_t>(storage.numel)},
-                                     [owner](void*) mutable { owner.reset(); }, options));
+    storages.push_back(at::from_blob(
+        owner->data(), {static_cast<std::int64_t>(storage.numel)}, [owner](void*) mutable { owner.reset(); }, options));
   }
   StateDict out;
-  for (const auto& [name, t] : file.tensors) out.insert(name, storages[t.storage].as_strided(t.sizes, t.strides, t.offset));
+  for (const auto& [name, t] : file.tensors)
+    out.insert(name, storages[t.storage].as_strided(t.sizes, t.strides, t.offset));
   return out;
 }
 
@@ -190,7 +192,8 @@ std::string names(const std::vector<std::string>& keys) {
 std::string LoadReport::to_string() const {
   std::string out;
   if (!missing_keys.empty()) out += cat("  missing keys (in the module, not in the file): ", names(missing_keys), "\n");
-  if (!unexpected_keys.empty()) out += cat("  unexpected keys (in the file, not in the module): ", names(unexpected_keys), "\n");
+  if (!unexpected_keys.empty())
+    out += cat("  unexpected keys (in the file, not in the module): ", names(unexpected_keys), "\n");
   for (std::size_t i = 0; i < shape_mismatches.size() && i < 20; ++i) {
     const auto& m = shape_mismatches[i];
     out += cat("  shape mismatch: ", quote(m.key, 200), " is ", weights::shape_string(m.in_file), " in the file, ",
@@ -204,8 +207,8 @@ std::string LoadReport::to_string() const {
 StateDict state_dict(const torch::nn::Module& module) {
   StateDict out;
   // Python's order: each module's own parameters, then its own buffers, then its children.
-  std::function<void(const torch::nn::Module&, const std::string&)> add = [&](const torch::nn::Module& m,
-                                                                              const std::string& prefix) {
+  std::function<void(const torch::nn::Module&, const std::string&)> add =
+      [&](const torch::nn::Module& m, const std::string& prefix) {
     for (const auto& p : m.named_parameters(/*recurse=*/false)) out.insert(prefix + p.key(), p.value().detach());
     for (const auto& b : m.named_buffers(/*recurse=*/false)) out.insert(prefix + b.key(), b.value().detach());
     for (const auto& child : m.named_children()) add(*child.value(), prefix + child.key() + ".");
@@ -218,8 +221,9 @@ void save_state_dict(const StateDict& tensors, const std::string& path, const Sa
   std::string bytes;
   if (options.format == WeightsFormat::PyTorch) {
     if (!options.metadata.empty()) {
-      throw InvalidArgument("save_state_dict: metadata goes into safetensors files only, the PyTorch format has no "
-                            "place for it: use {.format = WeightsFormat::SafeTensors}, or leave .metadata empty");
+      throw InvalidArgument(
+          "save_state_dict: metadata goes into safetensors files only, the PyTorch format has no "
+          "place for it: use {.format = WeightsFormat::SafeTensors}, or leave .metadata empty");
     }
     bytes = weights::write_pytorch(pytorch_records(tensors));
   } else {
@@ -271,13 +275,15 @@ WeightsFile read_weights(const std::string& path, const std::string& key) {
 
 LoadReport load_state_dict(torch::nn::Module& module, const std::string& path, const LoadOptions& options) {
   auto file = read_weights(path, options.key);
-  return load_tensors(module, file.tensors, options, quote(path, 512) + " (" + file.format + ")", file.format, file.notes);
+  return load_tensors(module, file.tensors, options, quote(path, 512) + " (" + file.format + ")", file.format,
+                      file.notes);
 }
 
 LoadReport load_state_dict(torch::nn::Module& module, const StateDict& tensors, const LoadOptions& options) {
   if (!options.key.empty()) {
-    throw InvalidArgument("load_state_dict: LoadOptions::key names an entry of a checkpoint file; tensors in memory "
-                          "have none (leave it empty)");
+    throw InvalidArgument(
+        "load_state_dict: LoadOptions::key names an entry of a checkpoint file; tensors in memory "
+        "have none (leave it empty)");
   }
   return load_tensors(module, tensors, options, "the state dict", "memory", {});
 }

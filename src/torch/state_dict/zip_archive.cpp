@@ -10,8 +10,8 @@ namespace {
 
 // Deflate cannot expand data more than about 1032 times.
 constexpr std::uint64_t kMaxDeflateRatio = 1032;
-constexpr std::uint64_t kLocalHeader = 30;    // a local file header's fixed part
-constexpr std::uint64_t kAlignment = 64;      // where PyTorch's writer puts each entry's data
+constexpr std::uint64_t kLocalHeader = 30;      // a local file header's fixed part
+constexpr std::uint64_t kAlignment = 64;        // where PyTorch's writer puts each entry's data
 constexpr zip_uint16_t kPaddingField = 0x4246;  // "FB", PyTorch's padding extra field
 
 struct ZipError {

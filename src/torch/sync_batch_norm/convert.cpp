@@ -37,7 +37,8 @@ template <typename Impl>
 std::optional<BatchNormParts> parts_of(torch::nn::Module& module, const char* type) {
   auto* bn = dynamic_cast<Impl*>(&module);
   if (!bn) return std::nullopt;
-  return BatchNormParts{type, bn->options, {bn->weight, bn->bias, bn->running_mean, bn->running_var, bn->num_batches_tracked}};
+  return BatchNormParts{
+      type, bn->options, {bn->weight, bn->bias, bn->running_mean, bn->running_var, bn->num_batches_tracked}};
 }
 
 std::optional<BatchNormParts> batch_norm_parts(torch::nn::Module& module) {

@@ -29,15 +29,15 @@ struct SyncBatchNormFunction : torch::autograd::Function<SyncBatchNormFunction> 
                             c10::optional<at::Tensor> running_var_arg, double momentum, double eps,
                             std::shared_ptr<ProcessGroup> group) {
     const at::Tensor weight = weight_arg.value_or(at::Tensor()), bias = bias_arg.value_or(at::Tensor());
-    at::Tensor running_mean = running_mean_arg.value_or(at::Tensor()), running_var = running_var_arg.value_or(at::Tensor());
+    at::Tensor running_mean = running_mean_arg.value_or(at::Tensor()),
+               running_var = running_var_arg.value_or(at::Tensor());
     input = input.contiguous(input.suggest_memory_format());
     auto exchange = std::make_shared<StatsExchange>(group);
     const auto stats = combine_statistics(exchange->all_gather(local_statistics(input)), statistics_dtype(input));
     if (stats.count < 2) {
       throw InvalidArgument(cat("SyncBatchNorm: expected more than 1 value per channel when training, got ",
-                                stats.count, " over the group of ", group->size(),
-                                " ranks (this rank's input is ", shape_of(input),
-                                "); use larger batches, or call it in eval mode"));
+                                stats.count, " over the group of ", group->size(), " ranks (this rank's input is ",
+                                shape_of(input), "); use larger batches, or call it in eval mode"));
     }
     update_running_statistics(running_mean, running_var, stats, momentum);
     const at::Tensor invstd = (stats.var + eps).rsqrt();

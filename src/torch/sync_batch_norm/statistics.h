@@ -19,9 +19,9 @@ at::ScalarType statistics_dtype(const at::Tensor& input);
 at::Tensor local_statistics(const at::Tensor& input);
 
 struct GroupStatistics {
-  at::Tensor mean;      // [C], statistics dtype
-  at::Tensor var;       // [C], biased, statistics dtype
-  std::int64_t count;   // values per channel over the group
+  at::Tensor mean;     // [C], statistics dtype
+  at::Tensor var;      // [C], biased, statistics dtype
+  std::int64_t count;  // values per channel over the group
 };
 
 // Combines `gathered` ([ranks, 2C + 1], every rank's local_statistics) weighting each rank by its

@@ -18,8 +18,10 @@ using detail::shape_of;
 
 void check_input(const at::Tensor& input, std::int64_t features) {
   if (input.dim() < 2 || input.dim() > 5) {
-    throw InvalidArgument(cat("SyncBatchNorm: expected an input of 2 to 5 dimensions ([N, C], [N, C, L], "
-                              "[N, C, H, W] or [N, C, D, H, W]), got ", input.dim(), " (", shape_of(input), ")"));
+    throw InvalidArgument(
+        cat("SyncBatchNorm: expected an input of 2 to 5 dimensions ([N, C], [N, C, L], "
+            "[N, C, H, W] or [N, C, D, H, W]), got ",
+            input.dim(), " (", shape_of(input), ")"));
   }
   if (input.size(1) != features) {
     throw InvalidArgument(cat("SyncBatchNorm: expected ", features, " channels in dimension 1 (num_features), got ",

@@ -38,10 +38,12 @@ void check_parameters(const std::vector<OptimizerParamGroup>& groups) {
       }
       if (!first) first = &p;
       if (p.is_sparse() || p.scalar_type() != first->scalar_type() || p.device() != first->device()) {
-        throw InvalidArgument(cat("ZeroRedundancyOptimizer: every parameter must be dense and of one dtype and device, "
-                                  "but the first is ", describe(*first), " and parameter ", i, " of group ", g, " is ",
-                                  describe(p), "; convert the model (model->to(...)) or give those parameters an "
-                                  "optimizer of their own"));
+        throw InvalidArgument(
+            cat("ZeroRedundancyOptimizer: every parameter must be dense and of one dtype and device, "
+                "but the first is ",
+                describe(*first), " and parameter ", i, " of group ", g, " is ", describe(p),
+                "; convert the model (model->to(...)) or give those parameters an "
+                "optimizer of their own"));
       }
     }
   }
@@ -82,16 +84,20 @@ std::vector<std::string> gather_bytes(const std::string& mine, int to, const std
   std::vector<std::string> out;
   for (int r = 0; r < static_cast<int>(received.size()); ++r) {
     const at::Tensor bytes = received[r].cpu();
-    out.emplace_back(static_cast<const char*>(bytes.data_ptr()), static_cast<std::size_t>(lengths[r].item<std::int64_t>()));
+    out.emplace_back(static_cast<const char*>(bytes.data_ptr()),
+                     static_cast<std::size_t>(lengths[r].item<std::int64_t>()));
   }
   return out;
 }
 
 }  // namespace
 
-ZeroBase::ZeroBase(std::vector<OptimizerParamGroup> param_groups, std::unique_ptr<torch::optim::OptimizerOptions> defaults,
-                   ZeroRedundancyOptions options, Factory factory)
-    : Optimizer(std::move(param_groups), std::move(defaults)), options_(std::move(options)), factory_(std::move(factory)) {
+ZeroBase::ZeroBase(std::vector<OptimizerParamGroup> param_groups,
+                   std::unique_ptr<torch::optim::OptimizerOptions> defaults, ZeroRedundancyOptions options,
+                   Factory factory)
+    : Optimizer(std::move(param_groups), std::move(defaults)),
+      options_(std::move(options)),
+      factory_(std::move(factory)) {
   check_parameters(param_groups_);
   group_ = options_.process_group ? options_.process_group : (is_initialized() ? get_default_group() : nullptr);
   if (group_) {
@@ -200,7 +206,8 @@ void ZeroBase::broadcast_shards() {
   std::vector<std::shared_ptr<Work>> works;
   for (int r = 0; r < world_; ++r) {
     Message m{r, {}, {}};
-    for (const auto& group : groups_of(r)) m.params.insert(m.params.end(), group.params().begin(), group.params().end());
+    for (const auto& group : groups_of(r))
+      m.params.insert(m.params.end(), group.params().begin(), group.params().end());
     std::int64_t total = 0;
     for (const auto& p : m.params) total += p.numel();
     if (total == 0) continue;  // every rank knows the partition: nobody sends or waits
@@ -242,7 +249,8 @@ void ZeroBase::consolidate_state_dict(int to) {
     // The shard's own optimizer type reads it, over the same parameters, so its state lands
     // under the keys of the whole optimizer's parameters.
     torch::serialize::InputArchive archive;
-    archive.load_from(shards[static_cast<std::size_t>(r)].data(), shards[static_cast<std::size_t>(r)].size(), at::Device(at::kCPU));
+    archive.load_from(shards[static_cast<std::size_t>(r)].data(), shards[static_cast<std::size_t>(r)].size(),
+                      at::Device(at::kCPU));
     auto shard = factory_(groups_of(r));
     shard->load(archive);
     for (auto& [key, state] : shard->state()) whole->state()[key] = std::move(state);
@@ -252,11 +260,14 @@ void ZeroBase::consolidate_state_dict(int to) {
 
 void ZeroBase::save(torch::serialize::OutputArchive& archive) const {
   if (!consolidated_) {
-    throw Error(cat("ZeroRedundancyOptimizer::save on rank ", rank_, ": the optimizer state has not been consolidated on "
-                    "this rank; call consolidate_state_dict(", rank_, ") on every rank first, then save on rank ", rank_));
+    throw Error(cat("ZeroRedundancyOptimizer::save on rank ", rank_,
+                    ": the optimizer state has not been consolidated on "
+                    "this rank; call consolidate_state_dict(",
+                    rank_, ") on every rank first, then save on rank ", rank_));
   }
   if (consolidated_->param_groups().size() != param_groups_.size()) {
-    throw Error(cat("ZeroRedundancyOptimizer::save on rank ", rank_, ": a parameter group was added after "
+    throw Error(cat("ZeroRedundancyOptimizer::save on rank ", rank_,
+                    ": a parameter group was added after "
                     "consolidate_state_dict; consolidate again before saving"));
   }
   auto& groups = consolidated_->param_groups();
@@ -270,10 +281,14 @@ void ZeroBase::load(torch::serialize::InputArchive& archive) {
     whole->load(archive);
   } catch (const c10::Error& e) {
     std::string sizes;
-    for (const auto& group : param_groups_) sizes += (sizes.empty() ? "" : ", ") + std::to_string(group.params().size());
-    throw MismatchError(cat("ZeroRedundancyOptimizer::load on rank ", rank_, ": the optimizer state does not fit this "
-                            "optimizer (", param_groups_.size(), " parameter group(s) of ", sizes, " parameters): ",
-                            e.what_without_backtrace(), "; load a state saved for the same parameters and optimizer type"));
+    for (const auto& group : param_groups_)
+      sizes += (sizes.empty() ? "" : ", ") + std::to_string(group.params().size());
+    throw MismatchError(cat("ZeroRedundancyOptimizer::load on rank ", rank_,
+                            ": the optimizer state does not fit this "
+                            "optimizer (",
+                            param_groups_.size(), " parameter group(s) of ", sizes,
+                            " parameters): ", e.what_without_backtrace(),
+                            "; load a state saved for the same parameters and optimizer type"));
   }
   for (const auto& group : local_->param_groups()) {
     for (const auto& p : group.params()) {

@@ -39,12 +39,13 @@ TEST(Pipeline, EachStageRunsInOrderAndEveryChunkPassesThemInOrder) {
   Log log;
   const auto caller = std::this_thread::get_id();
   std::atomic<bool> second_on_caller{false};
-  run_pipelined(6, [&](std::size_t k) { log.add('a', k); },
-                [&](std::size_t k) {
-                  if (std::this_thread::get_id() == caller) second_on_caller = true;
-                  log.add('b', k);
-                },
-                [&](std::size_t k) { log.add('c', k); });
+  run_pipelined(
+      6, [&](std::size_t k) { log.add('a', k); },
+      [&](std::size_t k) {
+    if (std::this_thread::get_id() == caller) second_on_caller = true;
+    log.add('b', k);
+      },
+      [&](std::size_t k) { log.add('c', k); });
   ASSERT_EQ(log.events.size(), 18u);
   EXPECT_FALSE(second_on_caller) << "the link stage runs on its own thread";
   for (std::size_t k = 0; k < 6; ++k) {
@@ -63,16 +64,17 @@ TEST(Pipeline, TheLinkCarriesAChunkWhileTheCallerWorksOnTheNext) {
   // the other would never get there (the wait gives up after 10 s and the test fails).
   std::atomic<bool> second_started{false};
   bool overlapped = false;
-  run_pipelined(2,
-                [&](std::size_t k) {
-                  if (k != 1) return;
-                  for (int i = 0; i < 1000 && !second_started; ++i) std::this_thread::sleep_for(10ms);
-                  overlapped = second_started;
-                },
-                [&](std::size_t k) {
-                  if (k == 0) second_started = true;
-                },
-                [](std::size_t) {});
+  run_pipelined(
+      2,
+      [&](std::size_t k) {
+    if (k != 1) return;
+    for (int i = 0; i < 1000 && !second_started; ++i) std::this_thread::sleep_for(10ms);
+    overlapped = second_started;
+      },
+      [&](std::size_t k) {
+    if (k == 0) second_started = true;
+  },
+      [](std::size_t) {});
   EXPECT_TRUE(overlapped);
 }
 
@@ -83,12 +85,13 @@ TEST(Pipeline, AWindowBoundsTheChunksInFlightAndFixesTheCallersOrder) {
   for (int run = 0; run < 20; ++run) {
     Log log;
     const std::size_t n = 7, window = 2;
-    run_pipelined(n, [&](std::size_t k) { log.add('a', k); },
-                  [&](std::size_t k) {
-                    if (run % 2) std::this_thread::sleep_for(1ms);
-                    log.add('b', k);
-                  },
-                  [&](std::size_t k) { log.add('c', k); }, window);
+    run_pipelined(
+        n, [&](std::size_t k) { log.add('a', k); },
+        [&](std::size_t k) {
+      if (run % 2) std::this_thread::sleep_for(1ms);
+      log.add('b', k);
+        },
+        [&](std::size_t k) { log.add('c', k); }, window);
     ASSERT_EQ(log.events.size(), 3 * n);
     std::vector<std::string> caller;
     for (const auto& e : log.events) {
@@ -114,12 +117,15 @@ TEST(Pipeline, AWindowStillLetsTheLinkCarryAChunkWhileTheCallerGathersTheLast) {
   std::atomic<bool> second_started{false};
   bool overlapped = false;
   run_pipelined(
-      3, [](std::size_t) {}, [&](std::size_t k) { if (k == 1) second_started = true; },
+      3, [](std::size_t) {},
       [&](std::size_t k) {
-        if (k != 0) return;
-        for (int i = 0; i < 1000 && !second_started; ++i) std::this_thread::sleep_for(10ms);
-        overlapped = second_started;
+    if (k == 1) second_started = true;
       },
+      [&](std::size_t k) {
+    if (k != 0) return;
+    for (int i = 0; i < 1000 && !second_started; ++i) std::this_thread::sleep_for(10ms);
+    overlapped = second_started;
+  },
       2);
   EXPECT_TRUE(overlapped);
 }
@@ -140,12 +146,13 @@ TEST(Pipeline, OneChunkOrNoneRunsOnTheCallingThread) {
 TEST(Pipeline, ALinkFailureIsRethrownOnTheCallerAndStopsThePipeline) {
   Log log;
   try {
-    run_pipelined(5, [&](std::size_t k) { log.add('a', k); },
-                  [&](std::size_t k) {
-                    if (k == 2) throw std::runtime_error("link broke at chunk 2");
-                    log.add('b', k);
-                  },
-                  [&](std::size_t k) { log.add('c', k); });
+    run_pipelined(
+        5, [&](std::size_t k) { log.add('a', k); },
+        [&](std::size_t k) {
+      if (k == 2) throw std::runtime_error("link broke at chunk 2");
+      log.add('b', k);
+        },
+        [&](std::size_t k) { log.add('c', k); });
     FAIL() << "no exception";
   } catch (const std::runtime_error& e) {
     EXPECT_STREQ(e.what(), "link broke at chunk 2");
@@ -159,20 +166,21 @@ TEST(Pipeline, ACallerFailureWaitsForTheLinksCurrentChunkAndStartsNoOther) {
   Log log;
   std::atomic<bool> in_second{false};
   try {
-    run_pipelined(4,
-                  [&](std::size_t k) {
-                    log.add('a', k);
-                    if (k == 1) {
-                      for (int i = 0; i < 1000 && !in_second; ++i) std::this_thread::sleep_for(1ms);
-                      throw std::runtime_error("host failed at chunk 1");
-                    }
-                  },
-                  [&](std::size_t k) {
-                    in_second = true;
-                    std::this_thread::sleep_for(50ms);  // still running when the caller fails
-                    log.add('b', k);
-                  },
-                  [&](std::size_t k) { log.add('c', k); });
+    run_pipelined(
+        4,
+        [&](std::size_t k) {
+      log.add('a', k);
+      if (k == 1) {
+        for (int i = 0; i < 1000 && !in_second; ++i) std::this_thread::sleep_for(1ms);
+        throw std::runtime_error("host failed at chunk 1");
+      }
+        },
+        [&](std::size_t k) {
+      in_second = true;
+      std::this_thread::sleep_for(50ms);  // still running when the caller fails
+      log.add('b', k);
+    },
+        [&](std::size_t k) { log.add('c', k); });
     FAIL() << "no exception";
   } catch (const std::runtime_error& e) {
     EXPECT_STREQ(e.what(), "host failed at chunk 1");
@@ -185,14 +193,16 @@ TEST(Pipeline, ACallerFailureWaitsForTheLinksCurrentChunkAndStartsNoOther) {
 
 TEST(Pipeline, AGatherFailureIsRethrownAfterTheLinkIsDone) {
   std::atomic<int> seconds{0};
-  EXPECT_THROW(run_pipelined(3, [](std::size_t) {}, [&](std::size_t) {
-                 std::this_thread::sleep_for(5ms);
-                 ++seconds;
-               },
-                             [](std::size_t k) {
-                               if (k == 0) throw std::runtime_error("gather failed");
-                             }),
-               std::runtime_error);
+  EXPECT_THROW(run_pipelined(
+                   3, [](std::size_t) {},
+                   [&](std::size_t) {
+    std::this_thread::sleep_for(5ms);
+    ++seconds;
+                   },
+                   [](std::size_t k) {
+    if (k == 0) throw std::runtime_error("gather failed");
+  }),
+      std::runtime_error);
   const int after = seconds;
   std::this_thread::sleep_for(30ms);
   EXPECT_EQ(seconds.load(), after) << "the link stage still ran after run_pipelined returned";

@@ -56,23 +56,25 @@ void expect_finding(const FlightReport& r, Kind kind, std::uint64_t seq, std::ve
 }
 
 void expect_lines(const FlightReport& r, std::initializer_list<std::string> fragments) {
-  for (const auto& f : fragments) EXPECT_NE(text(r).find(f), std::string::npos) << "missing '" << f << "' in:\n" << text(r);
+  for (const auto& f : fragments)
+    EXPECT_NE(text(r).find(f), std::string::npos) << "missing '" << f << "' in:\n" << text(r);
 }
 
 TEST(FlightAnalysis, RanksThatAgreeAreNotBlamed) {
   const auto r = analyze({dump(0, 3, 5), dump(1, 3, 5), dump(2, 3, 5)});
   expect_finding(r, Kind::None, 0, {});
-  expect_lines(r, {"dumps from 3 of 3 ranks", "first dump: rank 0 (pid 100 on h): rank 0 failed",
-                   "=> the ranks agree"});
+  expect_lines(r,
+               {"dumps from 3 of 3 ranks", "first dump: rank 0 (pid 100 on h): rank 0 failed", "=> the ranks agree"});
 }
 
 TEST(FlightAnalysis, ARankThatCalledADifferentCollectiveIsNamed) {
   const auto r = analyze({dump(0, 3, 1, {call(1, FlightState::Failed)}), dump(1, 3, 1, {call(1, FlightState::Failed)}),
                           dump(2, 3, 1, {call(1, FlightState::Failed, 0, OpType::Broadcast)})});
   expect_finding(r, Kind::Mismatch, 1, {2});
-  expect_lines(r, {"group 'world' (3 ranks): the ranks called different collectives at sequence number 1",
-                   "ranks 0, 1 called all_reduce #1 (float32 x 10, SUM)", "rank 2 called broadcast #1 (float32 x 10, root 0)",
-                   "=> rank 2 at sequence number 1 of group 'world': called a different collective"});
+  expect_lines(
+      r, {"group 'world' (3 ranks): the ranks called different collectives at sequence number 1",
+          "ranks 0, 1 called all_reduce #1 (float32 x 10, SUM)", "rank 2 called broadcast #1 (float32 x 10, root 0)",
+          "=> rank 2 at sequence number 1 of group 'world': called a different collective"});
   // Two ranks: no majority, both are named.
   const auto two = analyze({dump(0, 2, 4, {call(4, FlightState::Started)}),
                             dump(1, 2, 4, {call(4, FlightState::Started, 0, OpType::Barrier)})});
@@ -81,8 +83,8 @@ TEST(FlightAnalysis, ARankThatCalledADifferentCollectiveIsNamed) {
 }
 
 TEST(FlightAnalysis, ARankThatNeverCalledTheCollectiveIsNamedWithItsLast) {
-  const auto r = analyze({dump(0, 3, 2, {call(2, FlightState::Failed)}), dump(1, 3, 2),
-                          dump(2, 3, 2, {call(2, FlightState::Failed)})});
+  const auto r = analyze(
+      {dump(0, 3, 2, {call(2, FlightState::Failed)}), dump(1, 3, 2), dump(2, 3, 2, {call(2, FlightState::Failed)})});
   expect_finding(r, Kind::NotReached, 2, {1});
   expect_lines(r, {"ranks 0, 2 called all_reduce #2 (float32 x 10, SUM); rank 1 never did",
                    "rank 1: its last was all_reduce #1 (float32 x 10, SUM), finished",
@@ -90,7 +92,8 @@ TEST(FlightAnalysis, ARankThatNeverCalledTheCollectiveIsNamedWithItsLast) {
 }
 
 TEST(FlightAnalysis, ARankWithoutADumpIsNamedWhereTheOthersWaited) {
-  const auto r = analyze({dump(0, 3, 6, {call(6, FlightState::Failed)}), dump(1, 3, 6, {call(6, FlightState::Failed)})});
+  const auto r =
+      analyze({dump(0, 3, 6, {call(6, FlightState::Failed)}), dump(1, 3, 6, {call(6, FlightState::Failed)})});
   expect_finding(r, Kind::NoDump, 6, {2});
   expect_lines(r, {"dumps from 2 of 3 ranks; none from rank 2",
                    "ranks 0, 1 waited at all_reduce #6 (float32 x 10, SUM), which never finished; every collective "
@@ -104,11 +107,11 @@ TEST(FlightAnalysis, ARankWithoutADumpIsNamedWhereTheOthersWaited) {
 }
 
 TEST(FlightAnalysis, RanksOnOtherNodesAreNotBlamedForHavingNoDumpHere) {
-  const auto r = analyze({dump(0, 4, 3, {call(3, FlightState::Failed)}), dump(1, 4, 3, {call(3, FlightState::Failed)})},
-                         {2, 3});
+  const auto r =
+      analyze({dump(0, 4, 3, {call(3, FlightState::Failed)}), dump(1, 4, 3, {call(3, FlightState::Failed)})}, {2, 3});
   expect_finding(r, Kind::Stuck, 3, {2, 3});
-  expect_lines(r, {"dumps from 2 of 4 ranks; ranks 2, 3 ran on other nodes",
-                   "the dumps of ranks 2, 3 are on their own nodes"});
+  expect_lines(
+      r, {"dumps from 2 of 4 ranks; ranks 2, 3 ran on other nodes", "the dumps of ranks 2, 3 are on their own nodes"});
 }
 
 TEST(FlightAnalysis, WhenEveryRankArrivedTheLastToArriveIsNamed) {
@@ -132,8 +135,9 @@ TEST(FlightAnalysis, ARankThatIsUsuallyLastToArriveIsReported) {
   }
   const auto r = analyze(dumps);
   expect_finding(r, Kind::None, 0, {});
-  expect_lines(r, {"slowest to arrive in group 'world': rank 3, the last at 10 of 10 collectives, a median 5.0 ms after "
-                   "the first"});
+  expect_lines(r,
+               {"slowest to arrive in group 'world': rank 3, the last at 10 of 10 collectives, a median 5.0 ms after "
+                "the first"});
   // Within a millisecond: noise, not a straggler.
   for (auto& d : dumps) {
     for (auto& e : d.entries) e.started_ns = e.issued_ns + (d.rank == 3 ? 500'000 : 0);
@@ -165,7 +169,8 @@ TEST(FlightAnalysis, AProblemInASubgroupIsNamedInThatGroupsTerms) {
     d.recorded = d.entries.size();
     return d;
   };
-  const auto r = analyze({with_sub(0, {}), with_sub(1, {call(0), call(1, FlightState::Started)}), with_sub(2, {call(0)})});
+  const auto r =
+      analyze({with_sub(0, {}), with_sub(1, {call(0), call(1, FlightState::Started)}), with_sub(2, {call(0)})});
   expect_finding(r, Kind::NotReached, 1, {2});
   EXPECT_EQ(r.finding.group, "pairs");
   expect_lines(r, {"group 'pairs' (2 ranks): rank 1 called all_reduce #1", "rank 2 never did"});

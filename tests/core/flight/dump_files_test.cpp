@@ -24,9 +24,9 @@ TEST(FlightDumpFiles, TheNewestRunsDumpsAreReadOnePerRank) {
   test::TempDir dir;
   test::write_file(dir.file("rank_0.flight"), encode(dump(0, "job", 1, 100)));
   test::write_file(dir.file("rank_1.flight"), encode(dump(1, "job", 1, 200)));
-  test::write_file(dir.file("rank_3.flight"), encode(dump(3, "job", 0, 300)));      // the attempt before: older...
-  test::write_file(dir.file("copy.flight"), encode(dump(1, "job", 1, 150)));        // rank 1 again, older
-  test::write_file(dir.file("rank_2.flight"), encode(dump(2, "job", 1, 400)));      // the newest dump
+  test::write_file(dir.file("rank_3.flight"), encode(dump(3, "job", 0, 300)));  // the attempt before: older...
+  test::write_file(dir.file("copy.flight"), encode(dump(1, "job", 1, 150)));    // rank 1 again, older
+  test::write_file(dir.file("rank_2.flight"), encode(dump(2, "job", 1, 400)));  // the newest dump
   test::write_file(dir.file("other.flight"), encode(dump(2, "another", 1, 50)));
   test::write_file(dir.file("rank_0.log"), "not a dump, not read");
   test::write_file(dir.file("broken.flight"), "ddp-flight-recorder 1\nrank x\n");

@@ -24,9 +24,14 @@ FlightDump sample() {
   d.restart = 2;
   d.time_ns = 1'764'000'000'123'456'789;
   d.reason = "all_reduce #21 (float32 x 1000, SUM) in group 'world' on rank 1 timed out after 5.0 s\nnext line 100%";
-  d.failure = FailureRecord{.kind = ErrorKind::Timeout, .rank = 1, .group = "world",
-                            .op = "all_reduce #21 (float32 x 1000, SUM)", .seq = 21, .behind = {2},
-                            .detail = "Ranks that had not reached all_reduce #21", .message = d.reason};
+  d.failure = FailureRecord{.kind = ErrorKind::Timeout,
+                            .rank = 1,
+                            .group = "world",
+                            .op = "all_reduce #21 (float32 x 1000, SUM)",
+                            .seq = 21,
+                            .behind = {2},
+                            .detail = "Ranks that had not reached all_reduce #21",
+                            .message = d.reason};
   d.capacity = 4;
   d.recorded = 7;
   d.groups = {{"world", 1, 3, {0, 1, 2}}, {"-", 0, 2, {1, 2}}};

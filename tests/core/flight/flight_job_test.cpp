@@ -66,7 +66,9 @@ std::string trace(const std::string& dir) {
 
 TEST(FlightRecorderJobs, AKilledRankIsNamedFromTheDumpsOfTheOthers) {
   test::TempDir dir;  // the parent's (a rank process makes its own and ignores it)
-  test::run_ranks(3, [](int rank, int) {
+  test::run_ranks(
+      3,
+      [](int rank, int) {
     init_process_group("gloo", {.timeout = 30s});
     auto group = get_default_group();
     float x[256] = {};
@@ -74,14 +76,16 @@ TEST(FlightRecorderJobs, AKilledRankIsNamedFromTheDumpsOfTheOthers) {
     if (rank == 2) ::raise(SIGKILL);
     expect_error<PeerLostError>([&] { group->all_reduce(buffer_of(x, 256))->wait(); }, {"all_reduce #3", "rank 2"});
     wait_for_dumps({0, 1});  // rank 0 hosts the store: it stays until rank 1 is done with it
-  }, {.env = {{"DDP_FLIGHT_RECORDER_DIR", dir.path()}}, .killed = {2}});
+      },
+      {.env = {{"DDP_FLIGHT_RECORDER_DIR", dir.path()}}, .killed = {2}});
   if (test::is_rank_process()) return;
   EXPECT_NE(::access(dir.file("rank_2.flight").c_str(), F_OK), 0) << "a killed rank writes nothing";
   const auto report = analyze_folder(dir.path());
   expect_finding(report, Kind::NoDump, 3, {2});
   const std::string out = trace(dir.path());
   EXPECT_NE(out.find("dumps from 2 of 3 ranks; none from rank 2"), std::string::npos) << out;
-  EXPECT_NE(out.find("ranks 0, 1 waited at all_reduce #3 (float32 x 256, SUM), which never finished"), std::string::npos)
+  EXPECT_NE(out.find("ranks 0, 1 waited at all_reduce #3 (float32 x 256, SUM), which never finished"),
+            std::string::npos)
       << out;
   EXPECT_NE(out.find("=> rank 2 at sequence number 3 of group 'world': missing (no dump)"), std::string::npos) << out;
 }
@@ -89,7 +93,9 @@ TEST(FlightRecorderJobs, AKilledRankIsNamedFromTheDumpsOfTheOthers) {
 TEST(FlightRecorderJobs, AStoppedRankIsNamedWithoutItsDumpAndWithIt) {
   test::TempDir dir;
   const std::string pid_file = dir.file("stopped.pid");
-  test::run_ranks(3, [](int rank, int) {
+  test::run_ranks(
+      3,
+      [](int rank, int) {
     init_process_group("gloo", {.timeout = 3s});
     auto group = get_default_group();
     float x = 1;
@@ -112,12 +118,14 @@ TEST(FlightRecorderJobs, AStoppedRankIsNamedWithoutItsDumpAndWithIt) {
     wait_for_dumps({1});
     std::this_thread::sleep_for(100ms);
     ::kill(pid, SIGKILL);
-  }, {.env = {{"DDP_FLIGHT_RECORDER_DIR", dir.path()}, {"PID_FILE", pid_file}}, .killed = {1}});
+      },
+      {.env = {{"DDP_FLIGHT_RECORDER_DIR", dir.path()}, {"PID_FILE", pid_file}}, .killed = {1}});
   if (test::is_rank_process()) return;
   const auto report = analyze_folder(dir.path());
   expect_finding(report, Kind::NotReached, 1, {1});
   const std::string text = detail::join(report.lines, "\n");
-  EXPECT_NE(text.find("ranks 0, 2 called all_reduce #1 (float32 x 1, SUM); rank 1 never did"), std::string::npos) << text;
+  EXPECT_NE(text.find("ranks 0, 2 called all_reduce #1 (float32 x 1, SUM); rank 1 never did"), std::string::npos)
+      << text;
   EXPECT_NE(text.find("rank 1: its last was all_reduce #0 (float32 x 1, SUM), finished"), std::string::npos) << text;
   const auto stopped = detail::read_dump(dir.file("rank_1.flight"));
   EXPECT_NE(stopped.reason.find("SIGUSR1"), std::string::npos) << stopped.reason;
@@ -168,7 +176,9 @@ TEST(FlightRecorderJobs, ARankCallingADifferentCollectiveIsNamed) {
 TEST(FlightRecorderJobs, SigusrOneAndTheApiDumpAHealthyJob) {
   test::TempDir dir;
   test::write_file(dir.file("rank_0.flight"), "an earlier run's dump\n");
-  test::run_ranks(2, [](int rank, int) {
+  test::run_ranks(
+      2,
+      [](int rank, int) {
     init_process_group("gloo", {.timeout = 20s});
     EXPECT_NE(::access(dump_of(rank).c_str(), F_OK), 0) << "the stale dump is removed when the recorder starts";
     auto group = get_default_group();
@@ -204,7 +214,8 @@ TEST(FlightRecorderJobs, SigusrOneAndTheApiDumpAHealthyJob) {
       EXPECT_EQ(detail::read_dump(path).reason, "checking");
     }
     group->barrier()->wait();
-  }, {.env = {{"DDP_FLIGHT_RECORDER_DIR", dir.path()}}});
+      },
+      {.env = {{"DDP_FLIGHT_RECORDER_DIR", dir.path()}}});
   if (test::is_rank_process()) return;
   const auto report = analyze_folder(dir.path());
   expect_finding(report, Kind::None, 0, {});
@@ -216,7 +227,9 @@ void own_handler(int) {}
 // SIGTERM does; a program's own SIGTERM handler is left alone.
 TEST(FlightRecorderJobs, SigtermWritesTheDumpThenEndsTheProcess) {
   test::TempDir dir;
-  const auto results = test::run_ranks(3, [](int rank, int) {
+  const auto results = test::run_ranks(
+      3,
+      [](int rank, int) {
     if (rank == 2) ::signal(SIGTERM, own_handler);
     init_process_group("gloo", {.timeout = 20s});
     struct sigaction now {};
@@ -234,7 +247,8 @@ TEST(FlightRecorderJobs, SigtermWritesTheDumpThenEndsTheProcess) {
       for (;;) ::pause();  // the handler does not return to here
     }
     if (rank == 0) wait_for_dumps({1});
-  }, {.env = {{"DDP_FLIGHT_RECORDER_DIR", dir.path()}}, .expect_success = false});
+      },
+      {.env = {{"DDP_FLIGHT_RECORDER_DIR", dir.path()}}, .expect_success = false});
   if (test::is_rank_process()) return;
   ASSERT_EQ(results.size(), 3u);
   EXPECT_TRUE(results[0].ok()) << results[0].output;
@@ -247,12 +261,17 @@ TEST(FlightRecorderJobs, SigtermWritesTheDumpThenEndsTheProcess) {
 }
 
 TEST(FlightRecorderJobs, ABadSettingIsAnErrorAtInitAndZeroTurnsItOff) {
-  test::run_ranks(1, [](int, int) {
+  test::run_ranks(
+      1,
+      [](int, int) {
     expect_error<InvalidArgument>([] { init_process_group("gloo"); },
                                   {"DDP_FLIGHT_RECORDER=\"many\" is not a number of operations"});
-  }, {.env = {{"DDP_FLIGHT_RECORDER", "many"}}});
+      },
+      {.env = {{"DDP_FLIGHT_RECORDER", "many"}}});
   test::TempDir dir;
-  test::run_ranks(2, [](int rank, int) {
+  test::run_ranks(
+      2,
+      [](int rank, int) {
     init_process_group("gloo", {.timeout = 2s});
     float x = 1;
     if (rank == 0) {
@@ -260,7 +279,8 @@ TEST(FlightRecorderJobs, ABadSettingIsAnErrorAtInitAndZeroTurnsItOff) {
       expect_error<InvalidArgument>([] { dump_flight_recorder(); }, {"the flight recorder is off"});
     }
     std::this_thread::sleep_for(rank == 1 ? 3s : 0s);
-  }, {.env = {{"DDP_FLIGHT_RECORDER", "0"}, {"DDP_FLIGHT_RECORDER_DIR", dir.path()}}});
+      },
+      {.env = {{"DDP_FLIGHT_RECORDER", "0"}, {"DDP_FLIGHT_RECORDER_DIR", dir.path()}}});
   if (test::is_rank_process()) return;
   EXPECT_EQ(detail::load_dumps({dir.path()}).files, 0u) << "off: no dump";
 }

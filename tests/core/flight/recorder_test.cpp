@@ -137,9 +137,11 @@ TEST(FlightRecorderConfig, CapacityComesFromTheVariableAndBadValuesAreNamed) {
   EXPECT_EQ(flight_capacity(env_of({{"DDP_FLIGHT_RECORDER", "0"}})), 0u);
   EXPECT_EQ(flight_capacity(env_of({{"DDP_FLIGHT_RECORDER", "100000"}})), 100000u);
   for (const char* bad : {"lots", "-1", "100001", "1e3"}) {
-    expect_error<InvalidArgument>([&] { flight_capacity(env_of({{"DDP_FLIGHT_RECORDER", bad}})); },
-                                  {"DDP_FLIGHT_RECORDER=\"", bad, "is not a number of operations from 0 to 100000",
-                                   "0 to turn it off"});
+    expect_error<InvalidArgument>(
+        [&] {
+      flight_capacity(env_of({{"DDP_FLIGHT_RECORDER", bad}}));
+        },
+        {"DDP_FLIGHT_RECORDER=\"", bad, "is not a number of operations from 0 to 100000", "0 to turn it off"});
   }
 }
 

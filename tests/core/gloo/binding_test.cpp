@@ -36,7 +36,8 @@ TEST(GlooBinding, ASystemGlooCallLandingInLibTorchIsNamedWithWhatToDo) {
 }
 
 TEST(GlooBinding, PrivateGlooCallsMustLandInDdpsOwnObject) {
-  const std::vector<ResolvedGlooSymbol> in_train = {{"gloo::allreduce", "/opt/train"}, {"gloo::transport::tcp::CreateDevice", "/opt/train"}};
+  const std::vector<ResolvedGlooSymbol> in_train = {{"gloo::allreduce", "/opt/train"},
+                                                    {"gloo::transport::tcp::CreateDevice", "/opt/train"}};
   EXPECT_EQ(gloo_binding_problem(in_train, /*private_gloo=*/true, "/opt/train"), std::nullopt);
   // Even Debian's libgloo is the wrong one for a build with its Gloo compiled in.
   const auto problem = gloo_binding_problem(kInDebiansGloo, true, "/opt/train");
@@ -51,7 +52,8 @@ extern "C" void __asan_init() __attribute__((weak));
 
 std::string preload_list(const std::string& library) {
   Dl_info info{};
-  if (&__asan_init != nullptr && dladdr(reinterpret_cast<void*>(&__asan_init), &info) != 0 && info.dli_fname != nullptr) {
+  if (&__asan_init != nullptr && dladdr(reinterpret_cast<void*>(&__asan_init), &info) != 0 &&
+      info.dli_fname != nullptr) {
     return std::string(info.dli_fname) + ":" + library;
   }
   return library;
@@ -65,7 +67,9 @@ TEST(GlooBinding, ThisProcessReachesTheGlooDdpWasBuiltWith) { EXPECT_NO_THROW(ch
 TEST(GlooBinding, AGlooPreloadedIntoTheRanksIsNamedOrCannotReachAPrivateGloo) {
   test::RunOptions options;
   options.env = {{"LD_PRELOAD", preload_list(DDP_FOREIGN_GLOO_PATH)}, {"DDP_SHM", "0"}};
-  test::run_ranks(2, [](int rank, int world) {
+  test::run_ranks(
+      2,
+      [](int rank, int world) {
 #ifdef DDP_GLOO_PRIVATE
     ddp::init_process_group("gloo");
     std::vector<float> data{float(rank + 1)};
@@ -73,10 +77,12 @@ TEST(GlooBinding, AGlooPreloadedIntoTheRanksIsNamedOrCannotReachAPrivateGloo) {
     EXPECT_EQ(data[0], 3.0f);
     ddp::destroy_process_group();
 #else
-    test::expect_error<ddp::Error>([] { ddp::init_process_group("gloo"); },
-                                   {"ddp's calls into Gloo resolve into", "foreign_gloo", "gloo::transport::tcp::CreateDevice"});
+    test::expect_error<ddp::Error>(
+        [] { ddp::init_process_group("gloo"); },
+        {"ddp's calls into Gloo resolve into", "foreign_gloo", "gloo::transport::tcp::CreateDevice"});
 #endif
-  }, options);
+      },
+      options);
 }
 
 }  // namespace

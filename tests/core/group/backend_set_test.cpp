@@ -38,9 +38,11 @@ TEST(BackendSpec, MalformedSpecsSayWhatASpecLooksLike) {
   const std::string help = "per device type (\"cpu:gloo,cuda:nccl\")";
   expect_error<InvalidArgument>([] { parse_backend_spec(""); }, {"the backend is empty", help});
   expect_error<InvalidArgument>([] { parse_backend_spec("cpu:gloo,"); }, {"has an empty entry", help});
-  expect_error<InvalidArgument>([] { parse_backend_spec("gpu:nccl"); }, {"unknown device type \"gpu\"", "\"cpu\" and \"cuda\""});
+  expect_error<InvalidArgument>([] { parse_backend_spec("gpu:nccl"); },
+                                {"unknown device type \"gpu\"", "\"cpu\" and \"cuda\""});
   expect_error<InvalidArgument>([] { parse_backend_spec("cpu:gloo,cpu:mpi"); }, {"names device type cpu twice"});
-  expect_error<InvalidArgument>([] { parse_backend_spec("gloo,cuda:nccl"); }, {"mixes a plain backend with device-keyed"});
+  expect_error<InvalidArgument>([] { parse_backend_spec("gloo,cuda:nccl"); },
+                                {"mixes a plain backend with device-keyed"});
   expect_error<InvalidArgument>([] { parse_backend_spec("gloo,nccl"); }, {"several backends without device types"});
   expect_error<InvalidArgument>([] { parse_backend_spec("cpu:"); }, {"no backend named for cpu"});
 }
@@ -51,7 +53,8 @@ TEST(BackendSpec, AnOpsBackendFollowsItsBuffersDevice) {
   Op on_gpu{.type = OpType::AllReduce, .input = Buffer{&x, 1, DataType::Float32, Device{Type::CUDA, 0}}};
   on_gpu.output = on_gpu.input;
   EXPECT_EQ(backend_for(both, on_gpu), "nccl");
-  EXPECT_EQ(backend_for(both, Op{.type = OpType::AllReduce, .input = buffer_of(&x, 1), .output = buffer_of(&x, 1)}), "gloo");
+  EXPECT_EQ(backend_for(both, Op{.type = OpType::AllReduce, .input = buffer_of(&x, 1), .output = buffer_of(&x, 1)}),
+            "gloo");
   EXPECT_EQ(backend_for(both, Op{.type = OpType::Barrier}), "gloo");
   EXPECT_EQ(backend_for(parse_backend_spec("nccl"), Op{.type = OpType::Barrier}), "nccl");
 }
@@ -109,11 +112,14 @@ class HostAsCuda final : public Backend {
 };
 
 void register_host_as_cuda() {
-  register_backend("host_as_cuda", [](const BackendContext& c) { return std::make_unique<HostAsCuda>(c); },
-                   [](const Device& d) { return d.is_cuda(); });
+  register_backend(
+      "host_as_cuda", [](const BackendContext& c) { return std::make_unique<HostAsCuda>(c); },
+      [](const Device& d) { return d.is_cuda(); });
 }
 
-Buffer cuda_labelled(std::vector<float>& v) { return Buffer{v.data(), v.size(), DataType::Float32, Device{Type::CUDA, 0}}; }
+Buffer cuda_labelled(std::vector<float>& v) {
+  return Buffer{v.data(), v.size(), DataType::Float32, Device{Type::CUDA, 0}};
+}
 
 TEST(KeyedGroup, CpuBuffersGoToTheCpuBackendAndCudaBuffersToTheCudaOne) {
   test::run_ranks(3, [](int rank, int world) {

@@ -159,22 +159,25 @@ void run_sized(ProcessGroup& g, DataType t, std::size_t n, bool all_reduce_ops) 
       Values v(t, n);
       for (std::size_t i = 0; i < n; ++i) v.set(i, input(rank, i, t, op));
       g.all_reduce(v.buffer(), op)->wait();
-      expect_values(v, t, [&](std::size_t i) { return reduced(world, i, t, op); }, label("all_reduce", t, n, name.c_str()));
+      expect_values(
+          v, t, [&](std::size_t i) { return reduced(world, i, t, op); }, label("all_reduce", t, n, name.c_str()));
     }
     {  // reduce to the last rank; others unchanged
       const int root = world - 1;
       Values v(t, n);
       for (std::size_t i = 0; i < n; ++i) v.set(i, input(rank, i, t, op));
       g.reduce(v.buffer(), root, op)->wait();
-      expect_values(v, t, [&](std::size_t i) { return rank == root ? reduced(world, i, t, op) : input(rank, i, t, op); },
-                    label("reduce", t, n, name.c_str()));
+      expect_values(
+          v, t, [&](std::size_t i) { return rank == root ? reduced(world, i, t, op) : input(rank, i, t, op); },
+          label("reduce", t, n, name.c_str()));
     }
     {  // reduce_scatter: rank r's input chunk j is input(r, j*n + i)
       Values in(t, n * w), out(t, n);
       for (std::size_t i = 0; i < n * w; ++i) in.set(i, input(rank, i, t, op));
       g.reduce_scatter(in.buffer(), out.buffer(), op)->wait();
-      expect_values(out, t, [&](std::size_t i) { return reduced(world, rank * n + i, t, op); },
-                    label("reduce_scatter", t, n, name.c_str()));
+      expect_values(
+          out, t, [&](std::size_t i) { return reduced(world, rank * n + i, t, op); },
+          label("reduce_scatter", t, n, name.c_str()));
     }
   }
   const ReduceOp none = ReduceOp::SUM;
@@ -183,34 +186,42 @@ void run_sized(ProcessGroup& g, DataType t, std::size_t n, bool all_reduce_ops) 
     Values v(t, n);
     for (std::size_t i = 0; i < n; ++i) v.set(i, input(rank, i, t, none));
     g.broadcast(v.buffer(), root)->wait();
-    expect_values(v, t, [&](std::size_t i) { return input(root, i, t, none); }, label("broadcast", t, n));
+    expect_values(
+        v, t, [&](std::size_t i) { return input(root, i, t, none); }, label("broadcast", t, n));
   }
   {  // all_gather
     Values in(t, n), out(t, n * w);
     for (std::size_t i = 0; i < n; ++i) in.set(i, input(rank, i, t, none));
     g.all_gather(in.buffer(), out.buffer())->wait();
-    expect_values(out, t, [&](std::size_t i) { return input(static_cast<int>(i / std::max<std::size_t>(n, 1)), i % std::max<std::size_t>(n, 1), t, none); },
-                  label("all_gather", t, n));
+    expect_values(
+        out, t,
+        [&](std::size_t i) {
+      return input(static_cast<int>(i / std::max<std::size_t>(n, 1)), i % std::max<std::size_t>(n, 1), t, none);
+        },
+        label("all_gather", t, n));
   }
   {  // gather to rank 0
     Values in(t, n), out(t, rank == 0 ? n * w : 0);
     for (std::size_t i = 0; i < n; ++i) in.set(i, input(rank, i, t, none));
     g.gather(in.buffer(), out.buffer(), 0)->wait();
-    expect_values(out, t, [&](std::size_t i) { return input(static_cast<int>(i / n), i % n, t, none); }, label("gather", t, n));
+    expect_values(
+        out, t, [&](std::size_t i) { return input(static_cast<int>(i / n), i % n, t, none); }, label("gather", t, n));
   }
   {  // scatter from the last rank: chunk r of the root's input is input(root, r*n + i)
     const int root = world - 1;
     Values in(t, rank == root ? n * w : 0), out(t, n);
     for (std::size_t i = 0; i < in.size(); ++i) in.set(i, input(root, i, t, none));
     g.scatter(in.buffer(), out.buffer(), root)->wait();
-    expect_values(out, t, [&](std::size_t i) { return input(root, rank * n + i, t, none); }, label("scatter", t, n));
+    expect_values(
+        out, t, [&](std::size_t i) { return input(root, rank * n + i, t, none); }, label("scatter", t, n));
   }
   {  // all_to_all: chunk j of rank i lands in chunk i of rank j
     Values in(t, n * w), out(t, n * w);
     for (std::size_t i = 0; i < n * w; ++i) in.set(i, input(rank, i, t, none));
     g.all_to_all(in.buffer(), out.buffer())->wait();
-    expect_values(out, t, [&](std::size_t i) { return input(static_cast<int>(i / n), rank * n + i % n, t, none); },
-                  label("all_to_all", t, n));
+    expect_values(
+        out, t, [&](std::size_t i) { return input(static_cast<int>(i / n), rank * n + i % n, t, none); },
+        label("all_to_all", t, n));
   }
   if (world > 1) {  // send/recv around the ring, both posted before either is waited for
     Values out(t, n), in(t, n);
@@ -219,7 +230,8 @@ void run_sized(ProcessGroup& g, DataType t, std::size_t n, bool all_reduce_ops) 
     auto got = g.recv(in.buffer(), (rank + world - 1) % world, 7);
     sent->wait();
     got->wait();
-    expect_values(in, t, [&](std::size_t i) { return input((rank + world - 1) % world, i, t, none); }, label("send/recv", t, n));
+    expect_values(
+        in, t, [&](std::size_t i) { return input((rank + world - 1) % world, i, t, none); }, label("send/recv", t, n));
   }
   g.barrier()->wait();
 }

@@ -111,7 +111,9 @@ std::optional<FailureRecord> record_in_job_store(int rank) {
 
 TEST(FailureRecords, ARankThatTimesOutOnAStoppedPeerRecordsItAsBehind) {
   const std::string pid_file = "/tmp/ddp-test-" + std::to_string(::getpid()) + "-record-stopped-pid";
-  test::run_ranks(2, [&](int rank, int) {
+  test::run_ranks(
+      2,
+      [&](int rank, int) {
     init_process_group("gloo", {.timeout = 2s});
     auto group = get_default_group();
     float x = 1;
@@ -120,8 +122,8 @@ TEST(FailureRecords, ARankThatTimesOutOnAStoppedPeerRecordsItAsBehind) {
       test::stop_this_rank();
       return;
     }
-    const std::string message = expect_error<TimeoutError>([&] { group->all_reduce(buffer_of(&x, 1))->wait(); },
-                                                           {"all_reduce #1"});
+    const std::string message =
+        expect_error<TimeoutError>([&] { group->all_reduce(buffer_of(&x, 1))->wait(); }, {"all_reduce #1"});
     const auto record = record_in_job_store(0);  // the group's store, hosted by this rank
     if (const int pid = test::stopped_rank_pid(); pid > 0) ::kill(pid, SIGKILL);
     ASSERT_TRUE(record);
@@ -134,7 +136,8 @@ TEST(FailureRecords, ARankThatTimesOutOnAStoppedPeerRecordsItAsBehind) {
     EXPECT_TRUE(record->lost.empty());
     EXPECT_EQ(record->message, message) << "the record's text is the error's";
     EXPECT_NE(record->detail.find("Ranks that had not reached all_reduce #1"), std::string::npos) << record->detail;
-  }, {.env = {{"PID_FILE", pid_file}}, .killed = {1}});
+      },
+      {.env = {{"PID_FILE", pid_file}}, .killed = {1}});
   if (!test::is_rank_process()) ::unlink(pid_file.c_str());
 }
 
@@ -145,9 +148,8 @@ TEST(FailureRecords, ARankThatNeverJoinsIsRecordedAsBehind) {
     const auto port = static_cast<std::uint16_t>(std::stoi(std::getenv("MASTER_PORT")));
     auto store = std::make_shared<TCPStore>(
         TCPStoreOptions{.host = std::getenv("MASTER_ADDR"), .port = port, .is_server = rank == 0, .timeout = 10s});
-    const std::string message =
-        expect_error<TimeoutError>([&] { init_process_group("gloo", {.timeout = 1s, .store = store}); },
-                                   {"rank 2 of 3 did not join within"});
+    const std::string message = expect_error<TimeoutError>(
+        [&] { init_process_group("gloo", {.timeout = 1s, .store = store}); }, {"rank 2 of 3 did not join within"});
     if (rank == 1) return;
     store->wait({failure_record_key(1)}, 10s);  // rank 1 failed too, and left its record
     for (int r : {0, 1}) {

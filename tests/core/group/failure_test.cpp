@@ -9,6 +9,7 @@
 
 #include "ddp/distributed.h"
 #include "ddp/error.h"
+#include "group/progress.h"
 #include "support/expect_error.h"
 #include "support/multiprocess.h"
 
@@ -39,7 +40,9 @@ void hold_the_store_until_done(int rank, std::initializer_list<int> waited) {
 // Over Gloo's TCP pairs (DDP_SHM=0); ShmFailures has the same case on shared memory.
 TEST(Failures, APeerKilledMidCollectiveIsNamedOnEveryOtherRank) {
   const std::string done_file = temp_path("rank1-done");
-  const auto ranks = test::run_ranks(3, [](int rank, int) {
+  const auto ranks = test::run_ranks(
+      3,
+      [](int rank, int) {
     init_process_group("gloo", {.timeout = 30s});
     auto group = get_default_group();
     std::vector<float> big(16 << 20, 1.0f);  // 64 MB: long enough to be killed in the middle
@@ -61,7 +64,8 @@ TEST(Failures, APeerKilledMidCollectiveIsNamedOnEveryOtherRank) {
     EXPECT_EQ(later, first);
     EXPECT_LT(Clock::now() - again, 1s);
     hold_the_store_until_done(rank, {1});
-  }, {.env = {{"DDP_SHM", "0"}, {"DONE_FILE", done_file}}, .killed = {2}});
+      },
+      {.env = {{"DDP_SHM", "0"}, {"DONE_FILE", done_file}}, .killed = {2}});
   if (test::is_rank_process()) return;
   ::unlink(done_file.c_str());
   for (const auto& r : ranks) {  // for the record (docs/RELIABILITY.md): how soon each survivor knew
@@ -75,7 +79,9 @@ TEST(Failures, APeerKilledMidCollectiveIsNamedOnEveryOtherRank) {
 // rank 1, which exchanges with rank 2): rank 2 dies instead of joining all_reduce #1.
 TEST(Failures, APeerLostInASmallAllReduceOverTcpIsNamed) {
   const std::string done_file = temp_path("rank1-done-small");
-  test::run_ranks(3, [](int rank, int) {
+  test::run_ranks(
+      3,
+      [](int rank, int) {
     init_process_group("gloo", {.timeout = 30s});
     auto group = get_default_group();
     std::vector<float> small(1024, 1.0f);
@@ -87,7 +93,8 @@ TEST(Failures, APeerLostInASmallAllReduceOverTcpIsNamed) {
                                 {"all_reduce #1", "group 'world'", "Lost rank 2", "died"});
     EXPECT_LT(Clock::now() - start, 15s) << "took longer than necessary: the timeout is 30 s";
     hold_the_store_until_done(rank, {1});
-  }, {.env = {{"DDP_SHM", "0"}, {"DONE_FILE", done_file}}, .killed = {2}});
+      },
+      {.env = {{"DDP_SHM", "0"}, {"DONE_FILE", done_file}}, .killed = {2}});
   if (!test::is_rank_process()) ::unlink(done_file.c_str());
 }
 
@@ -96,7 +103,9 @@ TEST(Failures, APeerLostInASmallAllReduceOverTcpIsNamed) {
 // network thread (which ends the process). Three ranks: rank 2 folds into rank 0 first.
 TEST(Failures, SmallAllReducesOfDifferentSizesOverTcpAreAMismatchNamingBothCalls) {
   const std::string done_file = temp_path("mismatch-done");
-  test::run_ranks(3, [](int rank, int) {
+  test::run_ranks(
+      3,
+      [](int rank, int) {
     init_process_group("gloo", {.timeout = 30s});
     auto group = get_default_group();
     std::vector<float> data(rank == 1 ? 1000 : 100, 1.0f);
@@ -104,13 +113,13 @@ TEST(Failures, SmallAllReducesOfDifferentSizesOverTcpAreAMismatchNamingBothCalls
     // The rank whose partner's header came first names both calls from it; its partner, whose
     // connection then closed, from the first one's progress record: both name both calls.
     if (rank == 0) {
-      expect_error<MismatchError>([&] { group->all_reduce(buffer_of(data.data(), data.size()))->wait(); },
-                                  {"all_reduce #0", "(float32 x 100, SUM)", "rank 1 called all_reduce",
-                                   "(float32 x 1000, SUM)"});
+      expect_error<MismatchError>(
+          [&] { group->all_reduce(buffer_of(data.data(), data.size()))->wait(); },
+          {"all_reduce #0", "(float32 x 100, SUM)", "rank 1 called all_reduce", "(float32 x 1000, SUM)"});
     } else if (rank == 1) {
-      expect_error<MismatchError>([&] { group->all_reduce(buffer_of(data.data(), data.size()))->wait(); },
-                                  {"all_reduce #0", "(float32 x 1000, SUM)", "rank 0 called all_reduce",
-                                   "(float32 x 100, SUM)"});
+      expect_error<MismatchError>(
+          [&] { group->all_reduce(buffer_of(data.data(), data.size()))->wait(); },
+          {"all_reduce #0", "(float32 x 1000, SUM)", "rank 0 called all_reduce", "(float32 x 100, SUM)"});
     } else {  // waiting for the result from rank 0, which gave up on the group
       try {
         group->all_reduce(buffer_of(data.data(), data.size()))->wait();
@@ -118,14 +127,17 @@ TEST(Failures, SmallAllReducesOfDifferentSizesOverTcpAreAMismatchNamingBothCalls
       } catch (const Error& e) {
         // From rank 1's progress record, or from rank 0's note if that record was not there yet.
         const std::string message = e.what();
-        EXPECT_NE(message.find("all_reduce #0 (float32 x 100, SUM) in group 'world' on rank 2"), std::string::npos) << message;
+        EXPECT_NE(message.find("all_reduce #0 (float32 x 100, SUM) in group 'world' on rank 2"), std::string::npos)
+            << message;
         EXPECT_TRUE(message.find("rank 1 called all_reduce #0 (float32 x 1000, SUM)") != std::string::npos ||
-                    message.find("Rank 0 failed first: all_reduce #0") != std::string::npos) << message;
+                    message.find("Rank 0 failed first: all_reduce #0") != std::string::npos)
+            << message;
       }
     }
     EXPECT_LT(Clock::now() - start, 15s) << "took longer than necessary: the timeout is 30 s";
     hold_the_store_until_done(rank, {1, 2});
-  }, {.env = {{"DDP_SHM", "0"}, {"DONE_FILE", done_file}}});
+      },
+      {.env = {{"DDP_SHM", "0"}, {"DONE_FILE", done_file}}});
 }
 
 // Above the doubling threshold Gloo's ring runs, which cannot check its peers' calls: rank 1's
@@ -133,7 +145,9 @@ TEST(Failures, SmallAllReducesOfDifferentSizesOverTcpAreAMismatchNamingBothCalls
 // the process. Rank 1 says why before it ends; rank 0 names both calls, rank 1's death and that
 // reason, whether the store recorded the loss before rank 0 looked or not.
 TEST(Failures, ARingOverflowedByALargerAllReduceEndsTheRankExplainingWhy) {
-  auto results = test::run_ranks(2, [](int rank, int) {
+  auto results = test::run_ranks(
+      2,
+      [](int rank, int) {
     init_process_group("gloo", {.timeout = 30s});
     auto group = get_default_group();
     std::vector<float> data(rank == 0 ? 600000 : 300000, 1.0f);  // 2.4 MB and 1.2 MB: both the ring
@@ -145,7 +159,8 @@ TEST(Failures, ARingOverflowedByALargerAllReduceEndsTheRankExplainingWhy) {
                                 {"all_reduce #0 (float32 x 600000, SUM) in group 'world' on rank 0",
                                  "rank 1 called all_reduce #0 (float32 x 300000, SUM)",
                                  "Rank 1 failed first: Gloo's network thread ends this process"});
-  }, {.env = {{"DDP_SHM", "0"}}, .expect_success = false});
+      },
+      {.env = {{"DDP_SHM", "0"}}, .expect_success = false});
   if (test::is_rank_process()) return;
   ASSERT_EQ(results.size(), 2u);
   EXPECT_TRUE(results[0].ok()) << results[0].output;
@@ -160,7 +175,9 @@ TEST(Failures, ARingOverflowedByALargerAllReduceEndsTheRankExplainingWhy) {
 TEST(Failures, GlooIgnoresSigpipeUnlessTheProgramHandlesIt) {
   // A write to a dead peer's socket raises SIGPIPE, which by default kills the writer before its
   // error can name the peer (the test above lost rank 0 to signal 13 once in 20 runs under ASan).
-  test::run_ranks(2, [](int rank, int) {
+  test::run_ranks(
+      2,
+      [](int rank, int) {
     if (rank == 1) ::signal(SIGPIPE, [](int) {});  // the program's own handler stays
     init_process_group("gloo", {.timeout = 30s});
     struct sigaction now {};
@@ -172,18 +189,21 @@ TEST(Failures, GlooIgnoresSigpipeUnlessTheProgramHandlesIt) {
       EXPECT_NE(now.sa_handler, SIG_DFL);
     }
     destroy_process_group();
-  }, {.env = {{"DDP_SHM", "0"}}});
+      },
+      {.env = {{"DDP_SHM", "0"}}});
 }
 
 TEST(Failures, AStoppedPeerTimesOutNamingItAndWhereItStopped) {
   const std::string pid_file = temp_path("stopped-pid");
-  test::run_ranks(2, [&](int rank, int) {
+  test::run_ranks(
+      2,
+      [&](int rank, int) {
     init_process_group("gloo", {.timeout = 3s});
     auto group = get_default_group();
     float x = 1;
     group->all_reduce(buffer_of(&x, 1))->wait();
     if (rank == 1) {
-      std::this_thread::sleep_for(300ms);  // let the progress record reach the store
+      detail::publish_progress_now();  // where it stopped, in the store before it stops
       test::stop_this_rank();
       return;
     }
@@ -193,7 +213,8 @@ TEST(Failures, AStoppedPeerTimesOutNamingItAndWhereItStopped) {
                                 "had not reached all_reduce #1", "rank 1: its last was all_reduce #0", "SIGSTOP"});
     EXPECT_LT(Clock::now() - start, 13s);
     if (const int pid = test::stopped_rank_pid(); pid > 0) ::kill(pid, SIGKILL);
-  }, {.env = {{"PID_FILE", pid_file}}, .killed = {1}});
+      },
+      {.env = {{"PID_FILE", pid_file}}, .killed = {1}});
   if (!test::is_rank_process()) ::unlink(pid_file.c_str());
 }
 
@@ -215,7 +236,9 @@ TEST(Failures, WaitWithATimeoutSaysWhoIsLateAndTheOpGoesOn) {
 }
 
 TEST(Failures, MismatchedCollectivesAreReportedInDebugMode) {
-  test::run_ranks(2, [](int rank, int) {
+  test::run_ranks(
+      2,
+      [](int rank, int) {
     init_process_group("gloo", {.timeout = 20s});
     auto group = get_default_group();
     float x[20] = {};
@@ -227,33 +250,46 @@ TEST(Failures, MismatchedCollectivesAreReportedInDebugMode) {
     }
     EXPECT_NE(message.find("rank 0 called all_reduce #0 (float32 x 10, SUM)"), std::string::npos) << message;
     EXPECT_NE(message.find("rank 1 called broadcast #0 (float32 x 10, root 0)"), std::string::npos) << message;
-  }, {.env = {{"DDP_DEBUG", "1"}}});
-  test::run_ranks(2, [](int rank, int) {  // same op, different sizes
+      },
+      {.env = {{"DDP_DEBUG", "1"}}});
+  test::run_ranks(
+      2,
+      [](int rank, int) {  // same op, different sizes
     init_process_group("gloo", {.timeout = 20s});
     float x[20] = {};
-    expect_error<MismatchError>([&] { get_default_group()->all_reduce(buffer_of(x, rank == 0 ? 10 : 20))->wait(); },
-                                {"rank 0 called all_reduce #0 (float32 x 10, SUM)", "rank 1 called all_reduce #0 (float32 x 20, SUM)"});
-  }, {.env = {{"DDP_DEBUG", "1"}}});
-  test::run_ranks(2, [](int rank, int) {  // same op and size, different types
+    expect_error<MismatchError>(
+        [&] { get_default_group()->all_reduce(buffer_of(x, rank == 0 ? 10 : 20))->wait(); },
+        {"rank 0 called all_reduce #0 (float32 x 10, SUM)", "rank 1 called all_reduce #0 (float32 x 20, SUM)"});
+      },
+      {.env = {{"DDP_DEBUG", "1"}}});
+  test::run_ranks(
+      2,
+      [](int rank, int) {  // same op and size, different types
     init_process_group("gloo", {.timeout = 20s});
     double x[4] = {};
     Buffer b = buffer_of(x, 4);
     if (rank == 1) b = Buffer{x, 4, DataType::Int64};
-    expect_error<MismatchError>([&] { get_default_group()->all_reduce(b)->wait(); }, {"(float64 x 4, SUM)", "(int64 x 4, SUM)"});
-  }, {.env = {{"DDP_DEBUG", "1"}}});
+    expect_error<MismatchError>([&] { get_default_group()->all_reduce(b)->wait(); },
+                                {"(float64 x 4, SUM)", "(int64 x 4, SUM)"});
+      },
+      {.env = {{"DDP_DEBUG", "1"}}});
 }
 
 TEST(Failures, TheStoreHostDyingIsNamedNotAHang) {
-  test::run_ranks(2, [](int rank, int) {
+  test::run_ranks(
+      2,
+      [](int rank, int) {
     init_process_group("gloo", {.timeout = 20s});
     auto group = get_default_group();
     float x = 1;
     group->all_reduce(buffer_of(&x, 1))->wait();
     if (rank == 0) ::raise(SIGKILL);
     const auto start = Clock::now();
-    expect_error<Error>([&] { group->all_reduce(buffer_of(&x, 1))->wait(); }, {"all_reduce #1", "rank 0, or the launcher"});
+    expect_error<Error>([&] { group->all_reduce(buffer_of(&x, 1))->wait(); },
+                        {"all_reduce #1", "rank 0, or the launcher"});
     EXPECT_LT(Clock::now() - start, 10s);
-  }, {.killed = {0}});
+      },
+      {.killed = {0}});
 }
 
 }  // namespace

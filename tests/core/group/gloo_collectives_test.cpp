@@ -19,13 +19,16 @@ using namespace std::chrono_literals;
 class GlooWorld : public ::testing::TestWithParam<int> {};
 
 TEST_P(GlooWorld, EveryOpTypeAndSizeMatchesTheReference) {
-  test::run_ranks(GetParam(), [](int rank, int world) {
+  test::run_ranks(
+      GetParam(),
+      [](int rank, int world) {
     init_process_group("gloo", {.timeout = 60s});
     ASSERT_EQ(get_rank(), rank);
     ASSERT_EQ(get_world_size(), world);
     test::run_collective_suite(*get_default_group());
     destroy_process_group();
-  }, {.deadline = 170s});
+      },
+      {.deadline = 170s});
 }
 
 TEST_P(GlooWorld, AThousandBackToBackAsyncOps) {
@@ -44,19 +47,25 @@ INSTANTIATE_TEST_SUITE_P(WorldSizes, GlooWorld, ::testing::Values(1, 2, 3, 4, 5)
 class GlooTcpWorld : public ::testing::TestWithParam<int> {};
 
 TEST_P(GlooTcpWorld, EveryOpTypeAndSizeMatchesTheReference) {
-  test::run_ranks(GetParam(), [](int, int) {
+  test::run_ranks(
+      GetParam(),
+      [](int, int) {
     init_process_group("gloo", {.timeout = 60s});
     test::run_collective_suite(*get_default_group(), {.large_bytes = 1u << 20});
     destroy_process_group();
-  }, {.deadline = 170s, .env = {{"DDP_SHM", "0"}}});
+      },
+      {.deadline = 170s, .env = {{"DDP_SHM", "0"}}});
 }
 
 TEST_P(GlooTcpWorld, TheRingAtEverySize) {
-  test::run_ranks(GetParam(), [](int, int) {
+  test::run_ranks(
+      GetParam(),
+      [](int, int) {
     init_process_group("gloo", {.timeout = 60s});
     test::run_collective_suite(*get_default_group(), {.large_bytes = 0});
     destroy_process_group();
-  }, {.deadline = 170s, .env = {{"DDP_SHM", "0"}, {"DDP_GLOO_DOUBLING_BYTES", "0"}}});
+      },
+      {.deadline = 170s, .env = {{"DDP_SHM", "0"}, {"DDP_GLOO_DOUBLING_BYTES", "0"}}});
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, GlooTcpWorld, ::testing::Values(2, 3, 4, 5, 6),
@@ -65,24 +74,31 @@ INSTANTIATE_TEST_SUITE_P(WorldSizes, GlooTcpWorld, ::testing::Values(2, 3, 4, 5,
 // Ranks that took different paths would wait for each other until the timeout: rank 0's threshold
 // holds. And whatever the path, every rank gets the same bits of a float sum whose order matters.
 TEST(GlooTcp, RankZerosDoublingThresholdHoldsAndEveryRankGetsTheSameBits) {
-  test::run_ranks(5, [](int rank, int world) {
+  test::run_ranks(
+      5,
+      [](int rank, int world) {
     init_process_group("gloo", {.timeout = 20s});
     auto group = get_default_group();
     for (std::size_t count : {std::size_t{1000}, std::size_t{300000}}) {  // 4 KB, 1.2 MB
       std::vector<float> data(count);
-      for (std::size_t i = 0; i < count; ++i) data[i] = 0.1f * static_cast<float>(rank + 1) + 1e-3f * static_cast<float>(i % 97);
+      for (std::size_t i = 0; i < count; ++i)
+        data[i] = 0.1f * static_cast<float>(rank + 1) + 1e-3f * static_cast<float>(i % 97);
       group->all_reduce(buffer_of(data.data(), count))->wait();
       std::vector<float> all(count * static_cast<std::size_t>(world));
       group->all_gather(buffer_of(data.data(), count), buffer_of(all.data(), all.size()))->wait();
       for (int r = 1; r < world; ++r) {
-        EXPECT_EQ(std::memcmp(all.data() + r * count, all.data(), count * sizeof(float)), 0) << "rank " << r << ", " << count;
+        EXPECT_EQ(std::memcmp(all.data() + r * count, all.data(), count * sizeof(float)), 0)
+            << "rank " << r << ", " << count;
       }
       EXPECT_NEAR(data[0], 1.5f, 1e-5f);
     }
     destroy_process_group();
-  }, {.deadline = 120s, .env = {{"DDP_SHM", "0"}}, .rank_env = [](int rank) {
-    return std::map<std::string, std::string>{{"DDP_GLOO_DOUBLING_BYTES", rank == 1 ? "0" : rank == 2 ? "4000000" : "65536"}};
-  }});
+      },
+      {.deadline = 120s, .env = {{"DDP_SHM", "0"}}, .rank_env = [](int rank) {
+         return std::map<std::string, std::string>{{"DDP_GLOO_DOUBLING_BYTES", rank == 1   ? "0"
+                                                                               : rank == 2 ? "4000000"
+                                                                                           : "65536"}};
+       }});
 }
 
 TEST(GlooGroups, TwoGroupsUsedAtOnceFromTwoThreads) {

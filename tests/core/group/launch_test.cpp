@@ -38,8 +38,18 @@ TEST(Worker, RunHereRunsOnlyTheNextTaskOnTheCallersThreadAndKeepsTheOrder) {
   std::vector<int> order;
   std::thread::id ran_on;
   std::promise<void> b_ran;
-  const auto a = worker.post([&] { order.push_back(1); ran_on = std::this_thread::get_id(); }, /*wake=*/false);
-  const auto b = worker.post([&] { order.push_back(2); b_ran.set_value(); }, /*wake=*/false);
+  const auto a = worker.post(
+      [&] {
+    order.push_back(1);
+    ran_on = std::this_thread::get_id();
+      },
+      /*wake=*/false);
+  const auto b = worker.post(
+      [&] {
+    order.push_back(2);
+    b_ran.set_value();
+      },
+      /*wake=*/false);
   EXPECT_FALSE(worker.run_here(b)) << "b is not next: a is queued before it";
   EXPECT_TRUE(worker.run_here(a));
   EXPECT_EQ(ran_on, std::this_thread::get_id());
@@ -98,11 +108,13 @@ TEST(Worker, StopWaitsForATaskRunningOnACallersThreadThenDrains) {
   auto& worker = *sleeping;
   std::atomic<int> done{0};
   std::promise<void> started;
-  const auto t = worker.post([&] {
+  const auto t = worker.post(
+      [&] {
     started.set_value();
     std::this_thread::sleep_for(200ms);
     done = 1;
-  }, /*wake=*/false);
+      },
+      /*wake=*/false);
   worker.post([&] { done = done * 10 + 2; }, /*wake=*/false);
   std::thread caller([&] { EXPECT_TRUE(worker.run_here(t)); });
   started.get_future().wait();
@@ -138,7 +150,9 @@ void check_runs_on_callers_thread(int rank, int world) {
   destroy_process_group();
 }
 
-TEST(LaunchOnWait, RunsTheCollectiveOnTheCallersThreadOverSharedMemory) { test::run_ranks(3, check_runs_on_callers_thread); }
+TEST(LaunchOnWait, RunsTheCollectiveOnTheCallersThreadOverSharedMemory) {
+  test::run_ranks(3, check_runs_on_callers_thread);
+}
 
 TEST(LaunchOnWait, RunsTheCollectiveOnTheCallersThreadOverGlooTcp) {
   test::run_ranks(2, check_runs_on_callers_thread, {.env = {{"DDP_SHM", "0"}}});
@@ -213,7 +227,9 @@ TEST(LaunchOnWait, AnOpNobodyWaitsForIsNotLeftBehind) {
 }
 
 TEST(LaunchOnWait, APeerKilledBeforeTheOpIsNamedByTheRankRunningItOnItsOwnThread) {
-  test::run_ranks(2, [](int rank, int) {
+  test::run_ranks(
+      2,
+      [](int rank, int) {
     init_process_group("gloo", {.timeout = 30s});
     auto group = get_default_group();
     float x = 1;
@@ -223,7 +239,8 @@ TEST(LaunchOnWait, APeerKilledBeforeTheOpIsNamedByTheRankRunningItOnItsOwnThread
     expect_error<PeerLostError>([&] { group->all_reduce(buffer_of(&x, 1), ReduceOp::SUM, Launch::OnWait)->wait(); },
                                 {"all_reduce #1", "group 'world'", "Lost rank 1"});
     EXPECT_LT(Clock::now() - start, 15s) << "the timeout is 30 s";
-  }, {.killed = {1}});
+      },
+      {.killed = {1}});
 }
 
 }  // namespace

@@ -21,9 +21,9 @@ TEST(GroupMembership, ARankThatCannotRunItsBackendIsNamedByTheOthersAtOnce) {
     if (rank == 1) {
       EXPECT_THROW(init_process_group("nccl", {.timeout = 60s}), Error);
     } else {
-      const auto message = test::expect_error<Error>([] { init_process_group("gloo", {.timeout = 60s}); },
-                                                     {"init_process_group", "rank 1 (pid ", "cannot take part in group 'world'",
-                                                      "nccl"});
+      const auto message = test::expect_error<Error>(
+          [] { init_process_group("gloo", {.timeout = 60s}); },
+          {"init_process_group", "rank 1 (pid ", "cannot take part in group 'world'", "nccl"});
       EXPECT_EQ(message.find("did not join"), std::string::npos) << message;
     }
     EXPECT_LT(Clock::now() - start, 20s) << "the timeout is 60 s";

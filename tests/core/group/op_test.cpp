@@ -44,12 +44,14 @@ TEST(OpValidation, NamesEachBadArgument) {
             std::string::npos);
   EXPECT_NE(error_of({.type = OpType::ReduceScatter, .input = buf(5), .output = buf(2)}, 0, 2).find("must hold 4"),
             std::string::npos);
-  EXPECT_NE(error_of({.type = OpType::AllToAll, .input = buf(5), .output = buf(5)}, 0, 2).find("multiple of the world size"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of({.type = OpType::AllToAll, .input = buf(5), .output = buf(5)}, 0, 2).find("multiple of the world size"),
+      std::string::npos);
   EXPECT_NE(error_of({.type = OpType::Gather, .input = buf(3), .output = buf(5), .root = 1}, 1, 2).find("on the root"),
             std::string::npos);
   EXPECT_EQ(error_of({.type = OpType::Gather, .input = buf(3), .output = buf(0), .root = 1}, 0, 2), "no error");
-  EXPECT_NE(error_of({.type = OpType::Send, .input = buf(3), .output = buf(3), .peer = 0}, 0, 2).find("cannot send to itself"),
+  EXPECT_NE(error_of({.type = OpType::Send, .input = buf(3), .output = buf(3), .peer = 0}, 0, 2)
+                .find("cannot send to itself"),
             std::string::npos);
   EXPECT_NE(error_of({.type = OpType::Recv, .input = buf(3), .output = buf(3), .peer = 5}, 0, 2).find("source rank 5"),
             std::string::npos);
@@ -63,7 +65,11 @@ TEST(OpDescription, IsReadableAndSurvivesTheFingerprint) {
   Op op{.type = OpType::AllReduce, .seq = 12, .input = buf(1000), .output = buf(1000), .reduce_op = ReduceOp::MAX};
   EXPECT_EQ(describe(op), "all_reduce #12 (float32 x 1000, MAX)");
   EXPECT_EQ(describe(fingerprint(op)), describe(op));
-  Op bcast{.type = OpType::Broadcast, .seq = 3, .input = buf(5, DataType::Int64), .output = buf(5, DataType::Int64), .root = 2};
+  Op bcast{.type = OpType::Broadcast,
+           .seq = 3,
+           .input = buf(5, DataType::Int64),
+           .output = buf(5, DataType::Int64),
+           .root = 2};
   EXPECT_EQ(describe(bcast), "broadcast #3 (int64 x 5, root 2)");
   EXPECT_EQ(describe(fingerprint(bcast)), describe(bcast));
   EXPECT_EQ(describe(Op{.type = OpType::Barrier, .seq = 9}), "barrier #9");
@@ -144,7 +150,8 @@ TEST(Diagnosis, NamesLostMismatchedAndLateRanks) {
   d = diagnose(op, 0, {{me, there, done}});
   EXPECT_EQ(d.kind, Diagnosis::Kind::Behind);
   EXPECT_NE(d.text.find("Every rank reached all_reduce #7 (float32 x 10, SUM); still inside it: rank 3."),
-            std::string::npos) << d.text;
+            std::string::npos)
+      << d.text;
   EXPECT_EQ(d.text.find("rank 6"), std::string::npos) << d.text;
   EXPECT_EQ(diagnose(op, 0, {{me, done}}).kind, Diagnosis::Kind::None);
   d = diagnose(op, 0, {{me}, "connection refused"});
@@ -161,11 +168,11 @@ TEST(HalfFloats, ConvertEveryFp16ValueExactlyAndRoundToNearestEven) {
     }
     ASSERT_EQ(float_to_fp16(f), h) << "fp16 " << h << " -> " << f;
   }
-  EXPECT_EQ(fp16_to_float(float_to_fp16(1.0f + 1.0f / 2048)), 1.0f);             // halfway: to even
+  EXPECT_EQ(fp16_to_float(float_to_fp16(1.0f + 1.0f / 2048)), 1.0f);                // halfway: to even
   EXPECT_EQ(fp16_to_float(float_to_fp16(1.0f + 3.0f / 2048)), 1.0f + 2.0f / 1024);  // halfway: to even (up)
-  EXPECT_EQ(float_to_fp16(65520.0f), 0x7c00);                                     // overflow to infinity
+  EXPECT_EQ(float_to_fp16(65520.0f), 0x7c00);                                       // overflow to infinity
   EXPECT_EQ(float_to_fp16(65519.0f), 0x7bff);
-  EXPECT_EQ(float_to_fp16(std::ldexp(1.0f, -25)), 0x0000);                       // half the smallest subnormal: to even (0)
+  EXPECT_EQ(float_to_fp16(std::ldexp(1.0f, -25)), 0x0000);  // half the smallest subnormal: to even (0)
   EXPECT_EQ(float_to_fp16(std::ldexp(1.5f, -25)), 0x0001);
   for (std::uint32_t h = 0; h < 0x10000; ++h) {
     float f = bf16_to_float(static_cast<std::uint16_t>(h));

@@ -15,7 +15,6 @@ using test::expect_error;
 
 using namespace std::chrono_literals;
 
-
 test::RunOptions with_env(std::map<std::string, std::string> env) {
   test::RunOptions options;
   options.env = std::move(env);
@@ -50,18 +49,25 @@ TEST(InitProcessGroup, EnvInitGivesRanksAndBarrierWorks) {
 TEST(InitProcessGroup, TcpAndFileInitMethods) {
   const std::string port = std::to_string(test::free_port());
   const std::string file = "/tmp/ddp-init-test-" + std::to_string(::getpid());
-  test::run_ranks(3, [&](int rank, int world) {
+  test::run_ranks(
+      3,
+      [&](int rank, int world) {
     init_process_group("gloo", {.init_method = "tcp://127.0.0.1:" + std::string(std::getenv("TEST_PORT")),
-                                .world_size = world, .rank = rank, .timeout = 30s});
+                                .world_size = world,
+                                .rank = rank,
+                                .timeout = 30s});
     barrier();
     destroy_process_group();
-    init_process_group("gloo", {.init_method = "file://" + std::string(std::getenv("TEST_FILE")), .world_size = world,
-                                .rank = rank, .timeout = 30s});
+    init_process_group("gloo", {.init_method = "file://" + std::string(std::getenv("TEST_FILE")),
+                                .world_size = world,
+                                .rank = rank,
+                                .timeout = 30s});
     std::int64_t x = rank;
     get_default_group()->all_reduce(buffer_of(&x, 1), ReduceOp::MAX)->wait();
     EXPECT_EQ(x, world - 1);
     destroy_process_group();
-  }, {.env = {{"TEST_PORT", port}, {"TEST_FILE", file}}, .set_launch_env = false});
+      },
+      {.env = {{"TEST_PORT", port}, {"TEST_FILE", file}}, .set_launch_env = false});
   EXPECT_NE(::access(file.c_str(), F_OK), 0) << "the FileStore's file outlived the job";
 }
 
@@ -88,54 +94,84 @@ TEST(InitProcessGroup, UnknownBackendListsTheKnownOnes) {
 }
 
 TEST(InitProcessGroup, BadEnvironmentIsNamed) {
-  test::run_ranks(1, [](int, int) {
+  test::run_ranks(
+      1,
+      [](int, int) {
     expect_error<InvalidArgument>([] { init_process_group("gloo"); }, {"RANK=\"zero\"", "non-negative integer"});
-  }, with_env({{"RANK", "zero"}}));
-  test::run_ranks(1, [](int, int) {
+      },
+      with_env({{"RANK", "zero"}}));
+  test::run_ranks(
+      1,
+      [](int, int) {
     expect_error<InvalidArgument>([] { init_process_group("gloo"); }, {"RANK 2 is outside the world of 2", "0 to 1"});
-  }, with_env({{"RANK", "2"}, {"WORLD_SIZE", "2"}}));
-  test::run_ranks(1, [](int, int) {
+      },
+      with_env({{"RANK", "2"}, {"WORLD_SIZE", "2"}}));
+  test::run_ranks(
+      1,
+      [](int, int) {
     expect_error<InvalidArgument>([] { init_process_group("gloo"); }, {"MASTER_ADDR is not set", "tcp://host:port"});
-  }, {.env = {{"RANK", "0"}, {"WORLD_SIZE", "2"}}, .set_launch_env = false});
-  test::run_ranks(1, [](int, int) {
-    expect_error<InvalidArgument>([] { init_process_group("gloo"); }, {"MASTER_PORT is not set"});
-  }, {.env = {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}}, .set_launch_env = false});
+      },
+      {.env = {{"RANK", "0"}, {"WORLD_SIZE", "2"}}, .set_launch_env = false});
+  test::run_ranks(
+      1,
+      [](int, int) { expect_error<InvalidArgument>([] { init_process_group("gloo"); }, {"MASTER_PORT is not set"}); },
+      {.env = {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}}, .set_launch_env = false});
 }
 
 TEST(InitProcessGroup, MasterPortInUse) {
   TCPStoreServer squatter(0, "");
-  test::run_ranks(1, [](int, int) {
+  test::run_ranks(
+      1,
+      [](int, int) {
     expect_error<IOError>([] { init_process_group("gloo", {.timeout = 5s}); },
                           {"init_process_group", "port " + std::string(std::getenv("MASTER_PORT")), "in use"});
-  }, {.env = {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
-              {"MASTER_PORT", std::to_string(squatter.port())}},
-      .set_launch_env = false});
+      },
+      {.env = {{"RANK", "0"},
+               {"WORLD_SIZE", "2"},
+               {"MASTER_ADDR", "127.0.0.1"},
+               {"MASTER_PORT", std::to_string(squatter.port())}},
+       .set_launch_env = false});
 }
 
 TEST(InitProcessGroup, MasterUnreachableWithinTheTimeout) {
-  test::run_ranks(1, [](int, int) {
+  test::run_ranks(
+      1,
+      [](int, int) {
     const auto start = std::chrono::steady_clock::now();
     expect_error<TimeoutError>([] { init_process_group("gloo", {.timeout = 1s}); },
                                {"127.0.0.1:" + std::string(std::getenv("MASTER_PORT")), "MASTER_ADDR"});
     EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
-  }, {.env = {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
-              {"MASTER_PORT", std::to_string(test::free_port())}},
-      .set_launch_env = false});
+      },
+      {.env = {{"RANK", "1"},
+               {"WORLD_SIZE", "2"},
+               {"MASTER_ADDR", "127.0.0.1"},
+               {"MASTER_PORT", std::to_string(test::free_port())}},
+       .set_launch_env = false});
 }
 
 TEST(InitProcessGroup, TwoProcessesClaimingOneRankAreToldSo) {
   // Ranks 0, 1, 1: the world of 3 never completes; everybody hears why.
-  test::run_ranks(3, [](int index, int) {
+  test::run_ranks(
+      3,
+      [](int index, int) {
     expect_error<MismatchError>([] { init_process_group("gloo", {.timeout = 10s}); },
                                 {"two processes claim rank 1", "own RANK"});
-  }, {.rank_env = [](int index) { return std::map<std::string, std::string>{{"RANK", index == 2 ? "1" : std::to_string(index)}}; }});
+      },
+      {.rank_env = [](int index) {
+        return std::map<std::string, std::string>{{"RANK", index == 2 ? "1" : std::to_string(index)}};
+      }});
 }
 
 TEST(InitProcessGroup, RanksDisagreeingOnTheWorldSize) {
-  test::run_ranks(2, [](int rank, int) {
+  test::run_ranks(
+      2,
+      [](int rank, int) {
     expect_error<MismatchError>([] { init_process_group("gloo", {.timeout = 10s}); },
                                 {"disagree on the size", "same WORLD_SIZE"});
-  }, {.rank_env = [](int index) { return std::map<std::string, std::string>{{"WORLD_SIZE", index == 0 ? "2" : "3"}}; }});
+      },
+      {.rank_env = [](int index) {
+        return std::map<std::string, std::string>{{"WORLD_SIZE", index == 0 ? "2" : "3"}};
+      }});
 }
 
 }  // namespace

@@ -24,9 +24,14 @@ std::string error_of(std::map<std::string, std::string> vars) {
 }
 
 TEST(LaunchEnv, ReadsTorchrunVariables) {
-  auto env = read_launch_env(env_of({{"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"},
-                                     {"MASTER_ADDR", "node0"}, {"MASTER_PORT", "29500"},
-                                     {"TORCHELASTIC_USE_AGENT_STORE", "True"}, {"TORCHELASTIC_RESTART_COUNT", "2"}}));
+  auto env = read_launch_env(env_of({{"RANK", "3"},
+                                     {"WORLD_SIZE", "8"},
+                                     {"LOCAL_RANK", "1"},
+                                     {"LOCAL_WORLD_SIZE", "2"},
+                                     {"MASTER_ADDR", "node0"},
+                                     {"MASTER_PORT", "29500"},
+                                     {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+                                     {"TORCHELASTIC_RESTART_COUNT", "2"}}));
   EXPECT_EQ(env.rank, 3);
   EXPECT_EQ(env.world_size, 8);
   EXPECT_EQ(env.local_rank, 1);
@@ -39,8 +44,10 @@ TEST(LaunchEnv, ReadsTorchrunVariables) {
 }
 
 TEST(LaunchEnv, FallsBackToOpenMpiThenSlurm) {
-  auto mpi = read_launch_env(env_of({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "4"},
-                                     {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"SLURM_PROCID", "7"}}));
+  auto mpi = read_launch_env(env_of({{"OMPI_COMM_WORLD_RANK", "1"},
+                                     {"OMPI_COMM_WORLD_SIZE", "4"},
+                                     {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                                     {"SLURM_PROCID", "7"}}));
   EXPECT_EQ(mpi.rank, 1);
   EXPECT_EQ(mpi.world_size, 4);
   EXPECT_EQ(mpi.local_rank, 1);

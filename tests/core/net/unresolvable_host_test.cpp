@@ -41,19 +41,21 @@ bool rename_this_host(std::string& why) {
   return true;
 }
 
-#define RENAME_THIS_HOST_OR_SKIP()                                                           \
-  do {                                                                                       \
-    if (!test::is_rank_process()) {                                                          \
-      std::string why;                                                                       \
-      if (!rename_this_host(why)) GTEST_SKIP() << why;                                       \
+#define RENAME_THIS_HOST_OR_SKIP()                                                         \
+  do {                                                                                     \
+    if (!test::is_rank_process()) {                                                        \
+      std::string why;                                                                     \
+      if (!rename_this_host(why)) GTEST_SKIP() << why;                                     \
       ASSERT_FALSE(detail::resolves(kNowhere)) << kNowhere << " resolves on this machine"; \
-    }                                                                                        \
+    }                                                                                      \
   } while (0)
 
 void all_reduce_through_file_store(int rank, int world) {
   EXPECT_EQ(detail::local_hostname(), kNowhere);
-  init_process_group("gloo", {.init_method = "file://" + std::string(std::getenv("TEST_FILE")), .world_size = world,
-                              .rank = rank, .timeout = 30s});
+  init_process_group("gloo", {.init_method = "file://" + std::string(std::getenv("TEST_FILE")),
+                              .world_size = world,
+                              .rank = rank,
+                              .timeout = 30s});
   std::int64_t x = rank + 1;
   get_default_group()->all_reduce(buffer_of(&x, 1))->wait();
   EXPECT_EQ(x, world * (world + 1) / 2);
@@ -75,16 +77,22 @@ TEST(UnresolvableHostName, AOneHostGroupFormsOverFileInitWithGlooAlone) {
 
 TEST(UnresolvableHostName, AGroupMadeWithoutAMasterAddressForms) {
   RENAME_THIS_HOST_OR_SKIP();
-  test::run_ranks(2, [](int rank, int world) {
+  test::run_ranks(
+      2,
+      [](int rank, int world) {
     // A store passed in by hand: no master address reaches the backend.
-    auto store = std::make_shared<TCPStore>(TCPStoreOptions{.host = "127.0.0.1",
-                                                            .port = static_cast<std::uint16_t>(std::atoi(std::getenv("MASTER_PORT"))),
-                                                            .is_server = rank == 0, .timeout = 30s, .rank = rank});
+    auto store = std::make_shared<TCPStore>(
+        TCPStoreOptions{.host = "127.0.0.1",
+                        .port = static_cast<std::uint16_t>(std::atoi(std::getenv("MASTER_PORT"))),
+                        .is_server = rank == 0,
+                        .timeout = 30s,
+                        .rank = rank});
     auto group = ProcessGroup::create("gloo", store, rank, world, {.timeout = 30s});
     float x = 1;
     group->all_reduce(buffer_of(&x, 1))->wait();
     EXPECT_EQ(x, world);
-  }, {.env = {{"DDP_SHM", "0"}}});
+      },
+      {.env = {{"DDP_SHM", "0"}}});
 }
 
 // A store client given a name that does not resolve says so in its log at once and keeps trying.
@@ -119,7 +127,7 @@ TEST(UnresolvableHostName, AStoreAddressThatDoesNotResolveIsLoggedAtOnce) {
   ::waitpid(child, nullptr, 0);
   ::close(out[0]);
   for (const std::string& fragment : {std::string("cannot resolve host \"") + kNowhere + "\"", std::string("retrying"),
-                                     std::string("MASTER_ADDR=127.0.0.1")}) {
+                                      std::string("MASTER_ADDR=127.0.0.1")}) {
     EXPECT_NE(log.find(fragment), std::string::npos) << "missing '" << fragment << "' in the log: " << log;
   }
   EXPECT_LT(waited, 10s) << "nothing was logged while the client waited (its timeout is 60 s)";

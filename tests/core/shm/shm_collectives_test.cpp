@@ -32,31 +32,40 @@ void expect_segments(std::size_t segments) {
 class ShmWorld : public ::testing::TestWithParam<int> {};
 
 TEST_P(ShmWorld, EveryOpTypeAndSizeMatchesTheReference) {
-  test::run_ranks(GetParam(), [](int, int world) {
+  test::run_ranks(
+      GetParam(),
+      [](int, int world) {
     init_process_group("gloo", {.timeout = 60s});
     expect_segments(world > 1 ? 1 : 0);
     test::run_collective_suite(*get_default_group(), {.sizes = {0, 1, 13, 1009, 40000}});
     destroy_process_group();
     expect_segments(0);
-  }, {.deadline = 170s});
+      },
+      {.deadline = 170s});
 }
 
 TEST_P(ShmWorld, ManySmallChunksWithOddSizesMatchTheReference) {
-  test::run_ranks(GetParam(), [](int, int world) {
+  test::run_ranks(
+      GetParam(),
+      [](int, int world) {
     init_process_group("gloo", {.timeout = 60s});
     expect_segments(world > 1 ? 1 : 0);
     test::run_collective_suite(*get_default_group(), {.sizes = {3, 1025, 4099, 30011}, .large_bytes = 1 << 20});
     destroy_process_group();
-  }, {.deadline = 170s, .env = {{"DDP_SHM_CHUNK_BYTES", "4096"}, {"DDP_SHM_SMALL_BYTES", "0"}}});
+      },
+      {.deadline = 170s, .env = {{"DDP_SHM_CHUNK_BYTES", "4096"}, {"DDP_SHM_SMALL_BYTES", "0"}}});
 }
 
 TEST_P(ShmWorld, WaitsThatSleepAtOnceStillMatch) {
-  test::run_ranks(GetParam(), [](int, int) {
+  test::run_ranks(
+      GetParam(),
+      [](int, int) {
     init_process_group("gloo", {.timeout = 60s});
     test::run_collective_suite(*get_default_group(), {.sizes = {1, 5000}, .large_bytes = 0});
     test::run_async_burst(*get_default_group(), 300);
     destroy_process_group();
-  }, {.deadline = 170s, .env = {{"DDP_SHM_SPIN_US", "0"}, {"DDP_SHM_CHUNK_BYTES", "8192"}}});
+      },
+      {.deadline = 170s, .env = {{"DDP_SHM_SPIN_US", "0"}, {"DDP_SHM_CHUNK_BYTES", "8192"}}});
 }
 
 TEST_P(ShmWorld, AThousandBackToBackAsyncOps) {
@@ -80,7 +89,9 @@ std::size_t shared_memory_mappings() { return test::shm_mappings("ddp-shared").s
 class ShmSharedBuffers : public ::testing::TestWithParam<int> {};
 
 TEST_P(ShmSharedBuffers, EveryOpMatchesTheReferenceWhenAllOrSomeRanksShare) {
-  test::run_ranks(GetParam(), [](int rank, int) {
+  test::run_ranks(
+      GetParam(),
+      [](int rank, int) {
     init_process_group("gloo", {.timeout = 60s});
     auto& group = *get_default_group();
     test::SharedHostMemory all(group);
@@ -90,11 +101,14 @@ TEST_P(ShmSharedBuffers, EveryOpMatchesTheReferenceWhenAllOrSomeRanksShare) {
     test::run_collective_suite(group, {.sizes = {1025, 30011}, .large_bytes = 0, .memory = rank % 2 ? nullptr : &some});
     test::run_async_burst(group, 100);
     destroy_process_group();
-  }, {.deadline = 170s, .env = {{"DDP_SHM_CHUNK_BYTES", "4096"}, {"DDP_SHM_SMALL_BYTES", "0"}}});
+      },
+      {.deadline = 170s, .env = {{"DDP_SHM_CHUNK_BYTES", "4096"}, {"DDP_SHM_SMALL_BYTES", "0"}}});
 }
 
 TEST_P(ShmSharedBuffers, PeersReadTheBufferWhereItIsAndItOutlivesTheGroup) {
-  test::run_ranks(GetParam(), [](int rank, int world) {
+  test::run_ranks(
+      GetParam(),
+      [](int rank, int world) {
     init_process_group("gloo", {.timeout = 60s});
     auto group = get_default_group();
     const std::size_t n = 1 << 20;
@@ -136,24 +150,33 @@ TEST_P(ShmSharedBuffers, PeersReadTheBufferWhereItIsAndItOutlivesTheGroup) {
     second.reset();
     third.reset();
     EXPECT_EQ(shared_memory_mappings(), 0u);
-  }, {.deadline = 120s});
+      },
+      {.deadline = 120s});
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, ShmSharedBuffers, ::testing::Values(2, 3, 4),
                          [](const auto& info) { return "world" + std::to_string(info.param); });
 
 TEST(ShmSharedBuffers, NoneWithoutPeersOnTheHostAndZeroBytesIsRefused) {
-  test::run_ranks(2, [](int, int) {
+  test::run_ranks(
+      2,
+      [](int, int) {
     init_process_group("gloo", {.timeout = 60s});
     EXPECT_FALSE(get_default_group()->allocate_shared_memory(64)) << "DDP_SHM=0: plain gloo shares no memory";
     test::expect_error<InvalidArgument>([] { get_default_group()->allocate_shared_memory(0); }, {"the size is 0"});
     destroy_process_group();
-  }, {.env = {{"DDP_SHM", "0"}}});
-  test::run_ranks(2, [](int, int) {
+      },
+      {.env = {{"DDP_SHM", "0"}}});
+  test::run_ranks(
+      2,
+      [](int, int) {
     init_process_group("gloo", {.timeout = 60s});
     EXPECT_FALSE(get_default_group()->allocate_shared_memory(64)) << "each rank alone on its host";
     destroy_process_group();
-  }, {.rank_env = [](int rank) { return std::map<std::string, std::string>{{"DDP_SHM_HOST_ID", rank ? "b" : "a"}}; }});
+      },
+      {.rank_env = [](int rank) {
+        return std::map<std::string, std::string>{{"DDP_SHM_HOST_ID", rank ? "b" : "a"}};
+      }});
 }
 
 TEST(ShmSharedBuffers, ARankThePeersCannotOpenGetsNoneAndItsOpsStillWork) {
@@ -181,39 +204,51 @@ TEST(ShmSharedBuffers, ARankThePeersCannotOpenGetsNoneAndItsOpsStillWork) {
 class PlainGlooWorld : public ::testing::TestWithParam<int> {};
 
 TEST_P(PlainGlooWorld, EveryOpTypeAndSizeMatchesTheReference) {
-  test::run_ranks(GetParam(), [](int, int) {
+  test::run_ranks(
+      GetParam(),
+      [](int, int) {
     init_process_group("gloo", {.timeout = 60s});
     expect_segments(0);
     test::run_collective_suite(*get_default_group());
     test::run_async_burst(*get_default_group(), 300);
     destroy_process_group();
-  }, {.deadline = 170s, .env = {{"DDP_SHM", "0"}}});
+      },
+      {.deadline = 170s, .env = {{"DDP_SHM", "0"}}});
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, PlainGlooWorld, ::testing::Values(2, 3, 5),
                          [](const auto& info) { return "world" + std::to_string(info.param); });
 
 TEST(ShmSetup, OneRankWithDdpShmOffMakesTheWholeGroupUseGloo) {
-  test::run_ranks(3, [](int, int) {
+  test::run_ranks(
+      3,
+      [](int, int) {
     init_process_group("gloo", {.timeout = 60s});
     expect_segments(0);
     test::run_collective_suite(*get_default_group(), {.sizes = {7}, .large_bytes = 0});
     destroy_process_group();
-  }, {.rank_env = [](int rank) { return std::map<std::string, std::string>{{"DDP_SHM", rank == 1 ? "0" : "1"}}; }});
+      },
+      {.rank_env = [](int rank) {
+        return std::map<std::string, std::string>{{"DDP_SHM", rank == 1 ? "0" : "1"}};
+      }});
 }
 
 TEST(ShmSetup, RanksWithDifferentTuningFollowTheirHostsFirstRank) {
   // Chunk and small-message threshold decide how many steps an op takes: rank 0's hold for all.
-  test::run_ranks(3, [](int, int) {
+  test::run_ranks(
+      3,
+      [](int, int) {
     init_process_group("gloo", {.timeout = 60s});
     expect_segments(1);
     test::run_collective_suite(*get_default_group(), {.sizes = {1, 5000, 30011}, .large_bytes = 0});
     destroy_process_group();
-  }, {.deadline = 170s, .rank_env = [](int rank) {
-    if (rank == 0) return std::map<std::string, std::string>{{"DDP_SHM_CHUNK_BYTES", "4096"}, {"DDP_SHM_SMALL_BYTES", "0"}};
-    if (rank == 1) return std::map<std::string, std::string>{};
-    return std::map<std::string, std::string>{{"DDP_SHM_CHUNK_BYTES", "65536"}, {"DDP_SHM_SMALL_BYTES", "200000"}};
-  }});
+      },
+      {.deadline = 170s, .rank_env = [](int rank) {
+         if (rank == 0)
+           return std::map<std::string, std::string>{{"DDP_SHM_CHUNK_BYTES", "4096"}, {"DDP_SHM_SMALL_BYTES", "0"}};
+         if (rank == 1) return std::map<std::string, std::string>{};
+         return std::map<std::string, std::string>{{"DDP_SHM_CHUNK_BYTES", "65536"}, {"DDP_SHM_SMALL_BYTES", "200000"}};
+       }});
 }
 
 // Simulated hosts: DDP_SHM_HOST_ID puts ranks on different "hosts", so the collectives take the
@@ -232,22 +267,26 @@ class ShmHierarchy : public ::testing::TestWithParam<HostsCase> {};
 
 TEST_P(ShmHierarchy, EveryOpAndTypeAcrossHostsMatchesTheReference) {
   const HostsCase& c = GetParam();
-  test::run_ranks(static_cast<int>(c.hosts.size()), [&](int, int) {
+  test::run_ranks(
+      static_cast<int>(c.hosts.size()),
+      [&](int, int) {
     init_process_group("gloo", {.timeout = 60s});
     expect_segments(std::atoi(std::getenv("RANKS_ON_MY_HOST")) > 1 ? 1 : 0);
     test::SharedHostMemory shared(*get_default_group());
-    test::run_collective_suite(*get_default_group(), {.sizes = {0, 1, 13, 9000}, .large_bytes = c.large_bytes,
-                                                      .memory = c.shared ? &shared : nullptr});
+    test::run_collective_suite(
+        *get_default_group(),
+        {.sizes = {0, 1, 13, 9000}, .large_bytes = c.large_bytes, .memory = c.shared ? &shared : nullptr});
     test::run_async_burst(*get_default_group(), 200);
     destroy_process_group();
-  }, {.deadline = 170s, .rank_env = [&](int rank) {
-    int same = 0;
-    for (const auto& h : c.hosts) same += h == c.hosts[static_cast<std::size_t>(rank)];
-    auto env = c.env;
-    env["DDP_SHM_HOST_ID"] = c.hosts[static_cast<std::size_t>(rank)];
-    env["RANKS_ON_MY_HOST"] = std::to_string(same);
-    return env;
-  }});
+      },
+      {.deadline = 170s, .rank_env = [&](int rank) {
+         int same = 0;
+         for (const auto& h : c.hosts) same += h == c.hosts[static_cast<std::size_t>(rank)];
+         auto env = c.env;
+         env["DDP_SHM_HOST_ID"] = c.hosts[static_cast<std::size_t>(rank)];
+         env["RANKS_ON_MY_HOST"] = std::to_string(same);
+         return env;
+       }});
 }
 
 // Every op and type through the pipeline: striped from 0 bytes up, chunks of 4 KB (odd counts
@@ -259,37 +298,42 @@ const std::map<std::string, std::string> kTinyChunks = {{"DDP_SHM_STRIPE_BYTES",
 // The gathers striped at every size (by default they go through the hosts' first ranks).
 const std::map<std::string, std::string> kStripedGathers = {{"DDP_SHM_GATHER_STRIPE_BYTES", "0"}};
 
-INSTANTIATE_TEST_SUITE_P(Placements, ShmHierarchy, ::testing::Values(
-    HostsCase{"hosts2x2interleaved", {"a", "b", "a", "b"}, kStripedGathers},  // lanes {0, 2} and {1, 3}
-    HostsCase{"hosts2x3", {"a", "a", "a", "b", "b", "b"}, kStripedGathers},   // three lanes, odd shares
-    HostsCase{"hosts3x2", {"a", "a", "b", "b", "c", "c"}, kStripedGathers},   // rings of three hosts per lane
-    HostsCase{"hosts3x2leaders", {"a", "a", "b", "b", "c", "c"}},             // gathers through the first ranks
-    HostsCase{"hosts3and2", {"a", "a", "a", "b", "b"}},         // unequal: through the hosts' first ranks
-    HostsCase{"hosts2and1", {"a", "a", "b"}},                   // a host with a single rank
-    HostsCase{"hosts2x2tinyChunks", {"a", "a", "b", "b"}, kTinyChunks, 512 << 10},
-    HostsCase{"hosts2and3tinyChunks", {"a", "b", "a", "b", "b"}, kTinyChunks, 512 << 10},
-    HostsCase{"hosts2x2sharedBuffers", {"a", "a", "b", "b"}, kTinyChunks, 512 << 10, true},
-    HostsCase{"hosts3and2sharedBuffers", {"a", "a", "a", "b", "b"}, {}, 4 << 20, true}),
+INSTANTIATE_TEST_SUITE_P(
+    Placements, ShmHierarchy,
+    ::testing::Values(
+        HostsCase{"hosts2x2interleaved", {"a", "b", "a", "b"}, kStripedGathers},  // lanes {0, 2} and {1, 3}
+        HostsCase{"hosts2x3", {"a", "a", "a", "b", "b", "b"}, kStripedGathers},   // three lanes, odd shares
+        HostsCase{"hosts3x2", {"a", "a", "b", "b", "c", "c"}, kStripedGathers},   // rings of three hosts per lane
+        HostsCase{"hosts3x2leaders", {"a", "a", "b", "b", "c", "c"}},             // gathers through the first ranks
+        HostsCase{"hosts3and2", {"a", "a", "a", "b", "b"}},  // unequal: through the hosts' first ranks
+        HostsCase{"hosts2and1", {"a", "a", "b"}},            // a host with a single rank
+        HostsCase{"hosts2x2tinyChunks", {"a", "a", "b", "b"}, kTinyChunks, 512 << 10},
+        HostsCase{"hosts2and3tinyChunks", {"a", "b", "a", "b", "b"}, kTinyChunks, 512 << 10},
+        HostsCase{"hosts2x2sharedBuffers", {"a", "a", "b", "b"}, kTinyChunks, 512 << 10, true},
+        HostsCase{"hosts3and2sharedBuffers", {"a", "a", "a", "b", "b"}, {}, 4 << 20, true}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(ShmHierarchy, RankZerosThresholdsHoldForEveryRank) {
   // Ranks 1 and 2 would stripe everything in 4 KiB chunks (gathers too), the others only from
   // 1 MiB in the default chunks: rank 0's values must hold, or a 64 KiB all_reduce would take two
   // paths (or a 2 MiB one two chunkings) and hang until the timeout.
-  test::run_ranks(4, [](int, int) {
+  test::run_ranks(
+      4,
+      [](int, int) {
     init_process_group("gloo", {.timeout = 20s});
     test::run_collective_suite(*get_default_group(), {.sizes = {1, 9000, 16384}, .large_bytes = 2 << 20});
     destroy_process_group();
-  }, {.deadline = 120s, .rank_env = [](int rank) {
-    std::map<std::string, std::string> env{{"DDP_SHM_HOST_ID", rank % 2 ? "b" : "a"}};
-    if (rank == 1 || rank == 2) {
-      env["DDP_SHM_STRIPE_BYTES"] = "0";
-      env["DDP_SHM_STRIPE_CHUNK_BYTES"] = "4096";
-      env["DDP_SHM_GATHER_CHUNK_BYTES"] = "4096";
-      env["DDP_SHM_GATHER_STRIPE_BYTES"] = "0";
-    }
-    return env;
-  }});
+      },
+      {.deadline = 120s, .rank_env = [](int rank) {
+         std::map<std::string, std::string> env{{"DDP_SHM_HOST_ID", rank % 2 ? "b" : "a"}};
+         if (rank == 1 || rank == 2) {
+           env["DDP_SHM_STRIPE_BYTES"] = "0";
+           env["DDP_SHM_STRIPE_CHUNK_BYTES"] = "4096";
+           env["DDP_SHM_GATHER_CHUNK_BYTES"] = "4096";
+           env["DDP_SHM_GATHER_STRIPE_BYTES"] = "0";
+         }
+         return env;
+       }});
 }
 
 TEST(ShmGroups, SeveralGroupsKeepSeparateSegmentsAndRunAtOnce) {

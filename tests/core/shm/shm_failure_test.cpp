@@ -14,6 +14,7 @@
 
 #include "ddp/distributed.h"
 #include "ddp/error.h"
+#include "group/progress.h"
 #include "shm_support.h"
 #include "support/expect_error.h"
 #include "support/multiprocess.h"
@@ -36,7 +37,9 @@ TEST_P(ShmKilledMidAllReduce, APeerKilledMidAllReduceIsAnErrorNamingItNotAHang) 
   const auto before = test::dev_shm_entries();
   const std::string done_file = temp_path("killed-done");
   const bool shared = GetParam();
-  test::run_ranks(3, [&](int rank, int) {
+  test::run_ranks(
+      3,
+      [&](int rank, int) {
     init_process_group("gloo", {.timeout = 60s});
     auto group = get_default_group();
     ASSERT_EQ(test::shm_mappings().size(), 1u);
@@ -63,9 +66,9 @@ TEST_P(ShmKilledMidAllReduce, APeerKilledMidAllReduceIsAnErrorNamingItNotAHang) 
     }
     if (rank == 2) std::this_thread::sleep_for(300ms);
     const auto start = Clock::now();
-    auto message = expect_error<PeerLostError>([&] { group->all_reduce(buffer_of(data, n))->wait(); },
-                                               {"all_reduce #1", "shared-memory all_reduce", "rank 1 (pid ",
-                                                "Lost rank 1"});
+    auto message =
+        expect_error<PeerLostError>([&] { group->all_reduce(buffer_of(data, n))->wait(); },
+                                    {"all_reduce #1", "shared-memory all_reduce", "rank 1 (pid ", "Lost rank 1"});
     EXPECT_LT(Clock::now() - start, 30s) << "the timeout is 60 s: the death should be noticed long before";
     // Later ops fail at once with the same error.
     expect_error<PeerLostError>([&] { group->barrier()->wait(); }, {"Lost rank 1"});
@@ -75,7 +78,8 @@ TEST_P(ShmKilledMidAllReduce, APeerKilledMidAllReduceIsAnErrorNamingItNotAHang) 
     if (rank == 0) {
       for (int i = 0; i < 600 && ::access(std::getenv("DONE_FILE"), F_OK) != 0; ++i) std::this_thread::sleep_for(50ms);
     }
-  }, {.env = {{"DONE_FILE", done_file}}, .killed = {1}});
+      },
+      {.env = {{"DONE_FILE", done_file}}, .killed = {1}});
   if (test::is_rank_process()) return;
   ::unlink(done_file.c_str());
   EXPECT_EQ(test::dev_shm_entries(), before) << "something was left in /dev/shm";
@@ -96,7 +100,9 @@ TEST_P(ShmFailuresAcrossHosts, APeerKilledMidCollectiveIsAnErrorNamingItOnEveryH
   const auto [op, placement] = GetParam();
   const bool unequal = placement == "2and3";
   const std::string done_file = temp_path(("hosts-killed-done-" + op + placement).c_str());
-  test::run_ranks(unequal ? 5 : 4, [&](int rank, int world) {
+  test::run_ranks(
+      unequal ? 5 : 4,
+      [&](int rank, int world) {
     init_process_group("gloo", {.timeout = 60s});
     auto group = get_default_group();
     // all_reduce: 64 MB, 8 chunks of the pipeline; the gathers: 16 MB blocks, 64 MB of the
@@ -135,9 +141,12 @@ TEST_P(ShmFailuresAcrossHosts, APeerKilledMidCollectiveIsAnErrorNamingItOnEveryH
         for (int i = 0; i < 600 && ::access(done.c_str(), F_OK) != 0; ++i) std::this_thread::sleep_for(50ms);
       }
     }
-  }, {.env = {{"DONE_FILE", done_file}, {"DDP_SHM_GATHER_STRIPE_BYTES", "0"}}, .killed = {3}, .rank_env = [](int rank) {
-    return std::map<std::string, std::string>{{"DDP_SHM_HOST_ID", rank < 2 ? "a" : "b"}};
-  }});
+      },
+      {.env = {{"DONE_FILE", done_file}, {"DDP_SHM_GATHER_STRIPE_BYTES", "0"}},
+       .killed = {3},
+       .rank_env = [](int rank) {
+         return std::map<std::string, std::string>{{"DDP_SHM_HOST_ID", rank < 2 ? "a" : "b"}};
+       }});
   if (test::is_rank_process()) return;
   for (int r = 1; r < 5; ++r) ::unlink((done_file + std::to_string(r)).c_str());
 }
@@ -183,7 +192,8 @@ TEST(ShmFailures, RanksThatCallDifferentCollectivesAreToldWhichWithoutDdpDebug) 
   ASSERT_EQ(results.size(), 2u);
   EXPECT_TRUE(results[0].output.find("MISMATCH SEEN") != std::string::npos ||
               results[1].output.find("MISMATCH SEEN") != std::string::npos)
-      << "neither rank named the mismatch:\n" << results[0].output << results[1].output;
+      << "neither rank named the mismatch:\n"
+      << results[0].output << results[1].output;
 }
 
 TEST(ShmFailures, ARankTwoOpsAheadOfASleepingPeerIsNoMismatch) {
@@ -239,13 +249,15 @@ TEST(ShmFailures, SmallAllReducesOfDifferentSizesOnTwoHostsAreAMismatchNamingGro
   // Each host agrees within itself; the hosts' leaders' small all_reduce (recursive doubling over
   // TCP, in a context of its own) finds that they differ and names both calls with the group's
   // ranks, not the leaders' context's. Every rank fails at once.
-  test::run_ranks(4, [](int rank, int world) {
+  test::run_ranks(
+      4,
+      [](int rank, int world) {
     init_process_group("gloo", {.timeout = 30s});
     auto group = get_default_group();
     std::vector<float> data(rank < 2 ? 100 : 1000, 1.0f);
     const auto start = Clock::now();
-    const auto message = expect_error<Error>([&] { group->all_reduce(buffer_of(data.data(), data.size()))->wait(); },
-                                             {"all_reduce #0"});
+    const auto message =
+        expect_error<Error>([&] { group->all_reduce(buffer_of(data.data(), data.size()))->wait(); }, {"all_reduce #0"});
     EXPECT_LT(Clock::now() - start, 15s) << "the timeout is 30 s";
     // Both leaders see the mismatch first hand: the one that reads it first lets its own header
     // reach the other before it closes the connection (else the other told of a lost peer).
@@ -268,30 +280,34 @@ TEST(ShmFailures, SmallAllReducesOfDifferentSizesOnTwoHostsAreAMismatchNamingGro
         ::unlink(done.c_str());
       }
     }
-  }, {.env = {{"DONE_FILE", temp_path("hosts-mismatch-done")}}, .rank_env = [](int rank) { return std::map<std::string, std::string>{{"DDP_SHM_HOST_ID", rank < 2 ? "a" : "b"}}; }});
+      },
+      {.env = {{"DONE_FILE", temp_path("hosts-mismatch-done")}}, .rank_env = [](int rank) {
+         return std::map<std::string, std::string>{{"DDP_SHM_HOST_ID", rank < 2 ? "a" : "b"}};
+       }});
 }
 
 TEST(ShmFailures, AStoppedPeerTimesOutNamingIt) {
   const std::string pid_file = temp_path("stopped-pid");
   const std::string done_file = temp_path("stopped-done");
-  test::run_ranks(3, [&](int rank, int) {
+  test::run_ranks(
+      3,
+      [&](int rank, int) {
     init_process_group("gloo", {.timeout = 3s});
     auto group = get_default_group();
     float x = 1;
     group->all_reduce(buffer_of(&x, 1))->wait();
     if (rank == 2) {
-      std::this_thread::sleep_for(300ms);  // let the progress record reach the store
+      detail::publish_progress_now();  // where it stopped, in the store before it stops
       test::stop_this_rank();
       return;
     }
     std::vector<float> data(1 << 20, 1.0f);  // large: the two-step path
     // Ranks 0 and 1 time out together: the first to give up aborts the group, so the other may
     // fail a moment earlier with a PeerLostError that carries the first one's timeout.
-    auto message = expect_error<Error>(
-        [&] { group->all_reduce(buffer_of(data.data(), data.size()))->wait(); },
-        {"all_reduce #1 (float32 x 1048576, SUM) in group 'world' on rank ", "timed out",
-         "shared-memory all_reduce: waited for rank 2 (pid ", "which did not arrive",
-         "rank 2: its last was all_reduce #0"});
+    auto message = expect_error<Error>([&] { group->all_reduce(buffer_of(data.data(), data.size()))->wait(); },
+                                       {"all_reduce #1 (float32 x 1048576, SUM) in group 'world' on rank ", "timed out",
+                                        "shared-memory all_reduce: waited for rank 2 (pid ", "which did not arrive",
+                                        "rank 2: its last was all_reduce #0"});
     EXPECT_EQ(message.find("waited for rank " + std::to_string(1 - rank)), std::string::npos)
         << "only the stopped rank is missing: " << message;
     if (rank == 0) {
@@ -303,7 +319,8 @@ TEST(ShmFailures, AStoppedPeerTimesOutNamingIt) {
     } else {
       std::ofstream(std::getenv("DONE_FILE")) << "done";
     }
-  }, {.env = {{"PID_FILE", pid_file}, {"DONE_FILE", done_file}}, .killed = {2}});
+      },
+      {.env = {{"PID_FILE", pid_file}, {"DONE_FILE", done_file}}, .killed = {2}});
   if (test::is_rank_process()) return;
   ::unlink(pid_file.c_str());
   ::unlink(done_file.c_str());
@@ -313,7 +330,9 @@ TEST(ShmFailures, ARankThatGivesUpReleasesItsPeersAtOnce) {
   // Rank 2 is late; rank 0 has a short timeout, fails, and aborts the group: rank 1, whose
   // timeout is long, must fail at once naming rank 0 rather than wait for its own timeout.
   const std::string done_file = temp_path("done");
-  auto results = test::run_ranks(3, [&](int rank, int) {
+  auto results = test::run_ranks(
+      3,
+      [&](int rank, int) {
     init_process_group("gloo", {.timeout = 120s});
     auto group = get_default_group();
     float x = 1;
@@ -333,7 +352,8 @@ TEST(ShmFailures, ARankThatGivesUpReleasesItsPeersAtOnce) {
       EXPECT_LT(Clock::now() - start, 20s) << "rank 1 waited on although rank 0 had given up";
       std::ofstream(std::getenv("DONE_FILE")) << "done";
     }
-  }, {.env = {{"DONE_FILE", done_file}}, .expect_success = false});
+      },
+      {.env = {{"DONE_FILE", done_file}}, .expect_success = false});
   if (test::is_rank_process()) return;
   ::unlink(done_file.c_str());
   ASSERT_EQ(results.size(), 3u);

@@ -31,28 +31,72 @@ namespace {
 // A value of `dtype` held as a double, stored and loaded through the type's own bits.
 double load(const unsigned char* p, DataType t) {
   switch (t) {
-    case DataType::Float32: { float v; std::memcpy(&v, p, 4); return v; }
-    case DataType::Float64: { double v; std::memcpy(&v, p, 8); return v; }
-    case DataType::Float16: { std::uint16_t v; std::memcpy(&v, p, 2); return fp16_to_float(v); }
-    case DataType::BFloat16: { std::uint16_t v; std::memcpy(&v, p, 2); return bf16_to_float(v); }
+    case DataType::Float32: {
+      float v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    case DataType::Float64: {
+      double v;
+      std::memcpy(&v, p, 8);
+      return v;
+    }
+    case DataType::Float16: {
+      std::uint16_t v;
+      std::memcpy(&v, p, 2);
+      return fp16_to_float(v);
+    }
+    case DataType::BFloat16: {
+      std::uint16_t v;
+      std::memcpy(&v, p, 2);
+      return bf16_to_float(v);
+    }
     case DataType::Int8: return static_cast<std::int8_t>(*p);
     case DataType::UInt8: return *p;
-    case DataType::Int32: { std::int32_t v; std::memcpy(&v, p, 4); return v; }
-    case DataType::Int64: { std::int64_t v; std::memcpy(&v, p, 8); return static_cast<double>(v); }
+    case DataType::Int32: {
+      std::int32_t v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    case DataType::Int64: {
+      std::int64_t v;
+      std::memcpy(&v, p, 8);
+      return static_cast<double>(v);
+    }
   }
   return 0;
 }
 
 void store(unsigned char* p, DataType t, double x) {
   switch (t) {
-    case DataType::Float32: { float v = static_cast<float>(x); std::memcpy(p, &v, 4); return; }
+    case DataType::Float32: {
+      float v = static_cast<float>(x);
+      std::memcpy(p, &v, 4);
+      return;
+    }
     case DataType::Float64: std::memcpy(p, &x, 8); return;
-    case DataType::Float16: { auto v = float_to_fp16(static_cast<float>(x)); std::memcpy(p, &v, 2); return; }
-    case DataType::BFloat16: { auto v = float_to_bf16(static_cast<float>(x)); std::memcpy(p, &v, 2); return; }
+    case DataType::Float16: {
+      auto v = float_to_fp16(static_cast<float>(x));
+      std::memcpy(p, &v, 2);
+      return;
+    }
+    case DataType::BFloat16: {
+      auto v = float_to_bf16(static_cast<float>(x));
+      std::memcpy(p, &v, 2);
+      return;
+    }
     case DataType::Int8: *p = static_cast<unsigned char>(static_cast<std::int8_t>(x)); return;
     case DataType::UInt8: *p = static_cast<unsigned char>(x); return;
-    case DataType::Int32: { auto v = static_cast<std::int32_t>(x); std::memcpy(p, &v, 4); return; }
-    case DataType::Int64: { auto v = static_cast<std::int64_t>(x); std::memcpy(p, &v, 8); return; }
+    case DataType::Int32: {
+      auto v = static_cast<std::int32_t>(x);
+      std::memcpy(p, &v, 4);
+      return;
+    }
+    case DataType::Int64: {
+      auto v = static_cast<std::int64_t>(x);
+      std::memcpy(p, &v, 8);
+      return;
+    }
   }
 }
 
@@ -75,9 +119,15 @@ double expected(const std::vector<double>& xs, DataType t, ReduceOp op) {
       case ReduceOp::PRODUCT: acc = wrap(acc * y); break;
       case ReduceOp::MIN: acc = std::min(acc, y); break;
       case ReduceOp::MAX: acc = std::max(acc, y); break;
-      case ReduceOp::BAND: acc = static_cast<double>(static_cast<std::int64_t>(acc) & static_cast<std::int64_t>(y)); break;
-      case ReduceOp::BOR: acc = static_cast<double>(static_cast<std::int64_t>(acc) | static_cast<std::int64_t>(y)); break;
-      case ReduceOp::BXOR: acc = static_cast<double>(static_cast<std::int64_t>(acc) ^ static_cast<std::int64_t>(y)); break;
+      case ReduceOp::BAND:
+        acc = static_cast<double>(static_cast<std::int64_t>(acc) & static_cast<std::int64_t>(y));
+        break;
+      case ReduceOp::BOR:
+        acc = static_cast<double>(static_cast<std::int64_t>(acc) | static_cast<std::int64_t>(y));
+        break;
+      case ReduceOp::BXOR:
+        acc = static_cast<double>(static_cast<std::int64_t>(acc) ^ static_cast<std::int64_t>(y));
+        break;
     }
   }
   if (op == ReduceOp::AVG) {
@@ -101,7 +151,8 @@ TEST(ShmKernel, EveryDtypeOpAndSourceCountMatchesAScalarReference) {
     if (!is_floating_point(t)) ops.insert(ops.end(), {ReduceOp::BAND, ReduceOp::BOR, ReduceOp::BXOR});
     for (ReduceOp op : ops) {
       for (int n : {1, 2, 3, 5}) {
-        for (std::size_t count : {std::size_t{1}, std::size_t{7}, std::size_t{1023}, std::size_t{1024}, std::size_t{2500}}) {
+        for (std::size_t count :
+             {std::size_t{1}, std::size_t{7}, std::size_t{1023}, std::size_t{1024}, std::size_t{2500}}) {
           std::vector<std::vector<unsigned char>> in(n, std::vector<unsigned char>(count * e));
           for (auto& buf : in) {
             for (std::size_t i = 0; i < count; ++i) {
@@ -125,8 +176,8 @@ TEST(ShmKernel, EveryDtypeOpAndSourceCountMatchesAScalarReference) {
             const double got = load(out.data() + i * e, t);
             if (got != want) {
               ++bad;
-              ADD_FAILURE() << to_string(t) << " " << to_string(op) << " n=" << n << " count=" << count << " element " << i
-                            << ": got " << got << ", expected " << want;
+              ADD_FAILURE() << to_string(t) << " " << to_string(op) << " n=" << n << " count=" << count << " element "
+                            << i << ": got " << got << ", expected " << want;
             }
           }
           EXPECT_EQ(out, out2) << "the second destination differs";
@@ -239,7 +290,8 @@ TEST(ShmPlan, EqualHostsAreStripedAndUnequalOnesAreNot) {
   // Across hosts, all_reduce is striped over every rank's lane only when each host has as many ranks.
   std::vector<Identity> two_by_two = {{true, 1, "a"}, {true, 2, "b"}, {true, 3, "a"}, {true, 4, "b"}};
   EXPECT_TRUE(equal_hosts(make_plan(two_by_two, 0)));
-  std::vector<Identity> three_and_two = {{true, 1, "a"}, {true, 2, "a"}, {true, 3, "a"}, {true, 4, "b"}, {true, 5, "b"}};
+  std::vector<Identity> three_and_two = {
+      {true, 1, "a"}, {true, 2, "a"}, {true, 3, "a"}, {true, 4, "b"}, {true, 5, "b"}};
   EXPECT_FALSE(equal_hosts(make_plan(three_and_two, 0)));
 }
 
@@ -316,7 +368,8 @@ TEST(ShmLayout, KeepsControlsOnTheirOwnLinesAndSlotsApart) {
   EXPECT_GE(l.control_offset, sizeof(Header));
   EXPECT_EQ(l.total_bytes, l.data_offset + 2 * 3 * l.slot_bytes);
   std::vector<char> base(l.total_bytes);
-  EXPECT_EQ(reinterpret_cast<char*>(l.control(base.data(), 1)) - reinterpret_cast<char*>(l.control(base.data(), 0)), 128);
+  EXPECT_EQ(reinterpret_cast<char*>(l.control(base.data(), 1)) - reinterpret_cast<char*>(l.control(base.data(), 0)),
+            128);
   EXPECT_EQ(l.slot(base.data(), 0, 1) - l.slot(base.data(), 0, 0), static_cast<std::ptrdiff_t>(l.slot_bytes));
   EXPECT_EQ(l.slot(base.data(), 2, 1) + l.slot_bytes, base.data() + l.total_bytes);
   EXPECT_EQ(l.slot(base.data(), 1, 2), l.slot(base.data(), 1, 0));  // parity
@@ -417,11 +470,14 @@ TEST(ShmSync, APeerThatGaveUpAfterAnotherDiedNamesTheDeadOne) {
   const std::string message = wait_error({-1, dead, ::getpid()}, 2);
   EXPECT_NE(message.find("rank 1 (pid " + std::to_string(dead) + ") exited during it"), std::string::npos) << message;
   EXPECT_NE(message.find("rank 2 (pid " + std::to_string(::getpid()) + ") gave up on the group as well"),
-            std::string::npos) << message;
+            std::string::npos)
+      << message;
   // With every peer alive, the one that gave up is named.
   const std::string alive = wait_error({-1, ::getpid(), ::getpid()}, 2);
-  EXPECT_NE(alive.find("rank 2 (pid " + std::to_string(::getpid()) + ") gave up on the group after an error of its own"),
-            std::string::npos) << alive;
+  EXPECT_NE(
+      alive.find("rank 2 (pid " + std::to_string(::getpid()) + ") gave up on the group after an error of its own"),
+      std::string::npos)
+      << alive;
 }
 
 TEST(PeerWatch, WaitsForAPeerThatIsExitingAndNotForOneThatLives) {

@@ -44,9 +44,9 @@ void expect_notice(const KeySpace::Effects& effects, Change change, const std::s
 TEST(KeySpace, ASetWakesParkedGetsAndWaitsOfEitherProtocol) {
   KeySpace keys;
   const auto soon = KeySpace::Clock::now() + 1h;
-  EXPECT_FALSE(keys.wait(1, Want::Value, {"go"}, soon));         // ddp get
-  EXPECT_FALSE(keys.wait(2, Want::Keys, {"go"}, soon));          // ddp wait
-  EXPECT_FALSE(keys.wait(3, Want::Keys, {"go"}));                // PyTorch wait: no deadline
+  EXPECT_FALSE(keys.wait(1, Want::Value, {"go"}, soon));          // ddp get
+  EXPECT_FALSE(keys.wait(2, Want::Keys, {"go"}, soon));           // ddp wait
+  EXPECT_FALSE(keys.wait(3, Want::Keys, {"go"}));                 // PyTorch wait: no deadline
   EXPECT_FALSE(keys.wait(4, Want::Keys, {"go", "later"}, soon));  // needs both keys
   EXPECT_FALSE(keys.wait(5, Want::Keys, {"other"}, soon));
   EXPECT_TRUE(keys.set("unrelated", "x").answers.empty());
@@ -92,7 +92,7 @@ TEST(KeySpace, AMultiGetIsAnsweredWithEveryValueInItsKeysOrderOnceTheLastArrives
 
   EXPECT_FALSE(keys.wait(2, Want::Values, {"c", "a", "b"}, KeySpace::Clock::now() + 1h));
   EXPECT_TRUE(keys.set("a", "1").answers.empty());  // "c" is still missing
-  keys.erase("b");                                   // a present key may go again
+  keys.erase("b");                                  // a present key may go again
   EXPECT_TRUE(keys.set("c", "3").answers.empty());  // now "b" is missing
   auto effects = keys.set("b", "two");
   ASSERT_EQ(clients_of(effects.answers), (Ids{2}));
@@ -262,7 +262,7 @@ TEST(KeySpace, AClientThatGoesAwayDropsItsWaitAndWatches) {
   EXPECT_EQ(clients_of(keys.set("k", "v").answers), (Ids{2}));
   expect_notice(keys.set("a", "1"), Change::Created, "a", "", "1", {2});
   EXPECT_FALSE(keys.set("b", "1").notice);  // its only watcher left
-  keys.drop(1);                            // twice, or a client that never waited: nothing to do
+  keys.drop(1);                             // twice, or a client that never waited: nothing to do
   keys.drop(3);
 }
 

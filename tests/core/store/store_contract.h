@@ -32,10 +32,10 @@ inline void check_store_contract(Store& store) {
   EXPECT_THROW(store.add("not-a-number", 1), InvalidArgument);
 
   // compare_set, PyTorch semantics
-  EXPECT_EQ(store.compare_set("cas", "", "first"), "first");          // missing + empty expected: set
-  EXPECT_EQ(store.compare_set("cas", "wrong", "second"), "first");    // mismatch: unchanged
-  EXPECT_EQ(store.compare_set("cas", "first", "second"), "second");   // match: set
-  EXPECT_EQ(store.compare_set("cas-missing", "x", "y"), "x");         // missing + non-empty expected
+  EXPECT_EQ(store.compare_set("cas", "", "first"), "first");         // missing + empty expected: set
+  EXPECT_EQ(store.compare_set("cas", "wrong", "second"), "first");   // mismatch: unchanged
+  EXPECT_EQ(store.compare_set("cas", "first", "second"), "second");  // match: set
+  EXPECT_EQ(store.compare_set("cas-missing", "x", "y"), "x");        // missing + non-empty expected
   EXPECT_FALSE(store.check({"cas-missing"}));
 
   // check / wait

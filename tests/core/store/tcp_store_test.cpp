@@ -169,7 +169,8 @@ TEST(TCPStore, AMultiGetLargerThanOneReplyIsAnErrorAndTheConnectionServesOn) {
   } catch (const InvalidArgument& e) {
     const std::string message = e.what();
     EXPECT_NE(message.find("multi_get: the 2 values total 134217741 bytes, more than one reply carries"),
-              std::string::npos) << message;
+              std::string::npos)
+        << message;
     EXPECT_NE(message.find("get the keys in smaller groups"), std::string::npos) << message;
   }
   EXPECT_EQ(store.multi_get({"big/0"})[0].size(), big.size());
@@ -214,7 +215,7 @@ TEST(TCPStore, ServesOver1024ConcurrentClientsParkedOnOneKey) {
   auto read_reply = [&](int fd) { return read_response(fd, deadline); };
   for (auto& c : clients) {
     EXPECT_EQ(read_reply(c.get()).status, detail::wire::Status::Ok);  // hello
-    detail::send_all(c.get(), get_frame, deadline, "server");          // parks on "go"
+    detail::send_all(c.get(), get_frame, deadline, "server");         // parks on "go"
   }
   EXPECT_GE(server.num_clients(), static_cast<std::size_t>(kClients));
   TCPStore setter(client_of(server));
@@ -237,7 +238,9 @@ TEST(TCPStore, ConcurrentAddsFromManyProcessesAreAtomic) {
   }
   test::RunOptions options;
   options.env["TEST_STORE_PORT"] = std::to_string(port);
-  test::run_ranks(5, [](int rank, int world) {
+  test::run_ranks(
+      5,
+      [](int rank, int world) {
     TCPStoreOptions o;
     o.port = static_cast<std::uint16_t>(std::atoi(std::getenv("TEST_STORE_PORT")));
     o.job_id = "job-x";
@@ -250,7 +253,8 @@ TEST(TCPStore, ConcurrentAddsFromManyProcessesAreAtomic) {
     for (int r = 0; r < world; ++r) keys.push_back("done/" + std::to_string(r));
     store.wait(keys);
     EXPECT_EQ(store.get("total"), "1000");
-  }, options);
+      },
+      options);
   if (owned) {
     TCPStore check(client_of(*owned, "job-x"));
     EXPECT_EQ(check.get("total"), "1000");
@@ -287,7 +291,8 @@ TEST(TCPStore, ClosesOnlyTheConnectionThatSendsGarbage) {
 
   auto no_hello = raw_connection(server.port());  // the preamble, then a request before hello
   detail::wire::Request set{detail::wire::Op::Set, "k", "stolen"};
-  detail::send_all(no_hello.get(), std::string(detail::wire::kPreamble) + detail::wire::encode(set), deadline, "server");
+  detail::send_all(no_hello.get(), std::string(detail::wire::kPreamble) + detail::wire::encode(set), deadline,
+                   "server");
   EXPECT_TRUE(closed_by_server(no_hello.get()));
 
   auto oversized = raw_connection(server.port());  // a length prefix far past the limit

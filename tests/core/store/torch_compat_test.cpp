@@ -53,18 +53,18 @@ const TorchProbe& torch_probe() {
   return probe;
 }
 
-#define SKIP_WITHOUT_TORCH()                                                                         \
-  if (!torch_probe().missing.empty()) {                                                              \
-    GTEST_SKIP() << "PyTorch interoperability needs PyTorch 1.13 in " << kPython                     \
-                 << " (Debian: apt install python3-torch); " << torch_probe().missing;                \
+#define SKIP_WITHOUT_TORCH()                                                           \
+  if (!torch_probe().missing.empty()) {                                                \
+    GTEST_SKIP() << "PyTorch interoperability needs PyTorch 1.13 in " << kPython       \
+                 << " (Debian: apt install python3-torch); " << torch_probe().missing; \
   }
 
 // For tests where ddp is the client of a PyTorch server, which must speak 1.13's protocol.
-#define SKIP_WITHOUT_TORCH_1_X()                                                                     \
-  SKIP_WITHOUT_TORCH();                                                                              \
-  if (torch_probe().version.rfind("1.", 0) != 0) {                                                   \
-    GTEST_SKIP() << "ddp's PyTorch-protocol client speaks PyTorch 1.13's protocol; " << kPython       \
-                 << " has PyTorch " << torch_probe().version;                                         \
+#define SKIP_WITHOUT_TORCH_1_X()                                                                                   \
+  SKIP_WITHOUT_TORCH();                                                                                            \
+  if (torch_probe().version.rfind("1.", 0) != 0) {                                                                 \
+    GTEST_SKIP() << "ddp's PyTorch-protocol client speaks PyTorch 1.13's protocol; " << kPython << " has PyTorch " \
+                 << torch_probe().version;                                                                         \
   }
 
 // Runs a Python script (`import`s, the helper `check` and sys.argv in scope) with a deadline.
@@ -177,7 +177,8 @@ assert time.time() - t < 5
 s2 = dist.TCPStore("127.0.0.1", port, None, False, datetime.timedelta(seconds=20))
 check(s2.get("py/set"), b"from python")
 print("PYTHON OK")
-)", {std::to_string(server.port())});
+)",
+                           {std::to_string(server.port())});
   waker.join();
   waiter.join();
   ASSERT_TRUE(result.ok()) << result.output;
@@ -218,7 +219,8 @@ check(s.add("cpp/counter", 1), 8)
 s.set("py/added", "1")
 s.wait(["cpp/done"])
 print("PYTHON OK")
-)", {std::to_string(port)});
+)",
+                        {std::to_string(port)});
   });
   try {
     TCPStore store(client_of(port, StoreProtocol::Torch));  // retries until the Python server listens
@@ -267,11 +269,11 @@ TEST(TorchCompat, TorchrunLaunchesDdpRanks) {
   // Its logs (else /tmp/torchelastic_*, left behind) and temporary files go to a folder removed
   // after the test.
   test::TempDir logs;
-  auto result = test::run_command({kPython, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-                                   std::to_string(test::free_port()), "--monitor_interval", "0.1", "--redirects", "1",
-                                   "--tee", "1", "--log_dir", logs.path(), "--no_python", exe, filter,
-                                   "--gtest_brief=1"},
-                                  {{"DDP_TEST_UNDER_TORCHRUN", "1"}, {"TMPDIR", logs.path()}}, 90s);
+  auto result =
+      test::run_command({kPython, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                         std::to_string(test::free_port()), "--monitor_interval", "0.1", "--redirects", "1", "--tee",
+                         "1", "--log_dir", logs.path(), "--no_python", exe, filter, "--gtest_brief=1"},
+                        {{"DDP_TEST_UNDER_TORCHRUN", "1"}, {"TMPDIR", logs.path()}}, 90s);
   EXPECT_TRUE(result.ok()) << result.output;
   EXPECT_FALSE(std::filesystem::is_empty(logs.path())) << "torchrun wrote its logs elsewhere";
   EXPECT_NE(result.output.find("ddp rank 0 of 2 under torchrun: all_reduce 3"), std::string::npos) << result.output;
@@ -344,7 +346,9 @@ TEST(TorchCompat, DdpStoreProtocolPicksWhatRanksSpeakToTheLauncherStore) {
     for (const auto& r : results) EXPECT_NE(r.output.find(line), std::string::npos) << r.output;
   };
   // ddprun's way: ddp's protocol, so the job ids must agree.
-  auto results = test::run_ranks(2, [](int, int) {
+  auto results = test::run_ranks(
+      2,
+      [](int, int) {
     try {
       init_process_group("gloo", {.timeout = 20s});
       ADD_FAILURE() << "joined the store of another job";
@@ -352,7 +356,8 @@ TEST(TorchCompat, DdpStoreProtocolPicksWhatRanksSpeakToTheLauncherStore) {
       EXPECT_NE(std::string(e.what()).find("job-a"), std::string::npos) << e.what();
       std::printf("case done: %s\n", e.what());
     }
-  }, env({{"DDP_STORE_PROTOCOL", "ddp"}}));
+      },
+      env({{"DDP_STORE_PROTOCOL", "ddp"}}));
   expect_each_rank_printed(results, "case done: init_process_group");
   results = test::run_ranks(2, all_reduce_works, env({{"DDP_STORE_PROTOCOL", "ddp"}, {"DDP_JOB_ID", "job-a"}}));
   expect_each_rank_printed(results, "case done: all_reduce 3");
@@ -360,7 +365,9 @@ TEST(TorchCompat, DdpStoreProtocolPicksWhatRanksSpeakToTheLauncherStore) {
   results = test::run_ranks(2, all_reduce_works, env({}));
   expect_each_rank_printed(results, "case done: all_reduce 3");
   // A value that is neither.
-  results = test::run_ranks(2, [](int, int) {
+  results = test::run_ranks(
+      2,
+      [](int, int) {
     try {
       init_process_group("gloo", {.timeout = 20s});
       ADD_FAILURE() << "accepted DDP_STORE_PROTOCOL=tcp";
@@ -368,7 +375,8 @@ TEST(TorchCompat, DdpStoreProtocolPicksWhatRanksSpeakToTheLauncherStore) {
       EXPECT_NE(std::string(e.what()).find("DDP_STORE_PROTOCOL=\"tcp\""), std::string::npos) << e.what();
       std::printf("case done: %s\n", e.what());
     }
-  }, env({{"DDP_STORE_PROTOCOL", "tcp"}}));
+      },
+      env({{"DDP_STORE_PROTOCOL", "tcp"}}));
   expect_each_rank_printed(results, "case done: init_process_group");
   server.reset();
 }

@@ -147,7 +147,8 @@ void expect_error(F&& call, std::initializer_list<std::string> fragments) {
     ADD_FAILURE() << "no error";
   } catch (const E& e) {
     const std::string message = e.what();
-    for (const auto& f : fragments) EXPECT_NE(message.find(f), std::string::npos) << "missing '" << f << "' in: " << message;
+    for (const auto& f : fragments)
+      EXPECT_NE(message.find(f), std::string::npos) << "missing '" << f << "' in: " << message;
   } catch (const std::exception& e) {
     ADD_FAILURE() << "wrong error type: " << e.what();
   }
@@ -341,22 +342,39 @@ TEST(TorchProtocol, GarbageAndBadPyTorchRequestsCloseOnlyTheirOwnConnectionWithA
   std::string huge_key = "\x00"s + std::string(8, '\0');
   const std::uint64_t big = std::uint64_t{1} << 40;
   std::memcpy(huge_key.data() + 1, &big, 8);
-  const std::vector<Case> cases = {
-      {"neither protocol", "\x7f\x45LF\x02\x01", "neither a ddp nor a PyTorch store client: the connection began with \"\\x7fELF"},
-      {"oversized key", huge_key, "key of 1099511627776 bytes exceeds the limit of 65536"},
-      {"unknown 2.x query", tw::encode(validate, v2) + "\x2a", "unknown query byte 42 for the PyTorch 2.x (VALIDATE) protocol"},
-      {"second VALIDATE", tw::encode(validate, v2) + tw::encode(validate, v2), "a second VALIDATE"},
-      {"VALIDATE with a wrong magic number", tw::encode(validate, v2) + "\x00\x01\x02\x03\x04"s,
-       "VALIDATE carries 0x04030201 instead of the magic number 0x3C85F7CE"},
-      {"get of a missing key", tw::encode(query(tw::Query::Get, "/nope"), v1),
-       "GET of \"/nope\", which does not exist"},
-      {"add to a non-integer", tw::encode([] { auto q = query(tw::Query::Add, "/text"); q.number = 1; return q; }(), v1),
-       "the key holds \"abc\", not an integer counter"},
-      {"add that overflows", tw::encode([] { auto q = query(tw::Query::Add, "/top"); q.number = 1; return q; }(), v1),
-       "the sum does not fit in 64 bits"},
-      {"truncated request", tw::encode(query(tw::Query::Set, "/k", "0123456789"), v1).substr(0, 15),
-       "the connection closed in the middle of a message", true},
-  };
+  const std::vector<Case> cases =
+      {
+          {"neither protocol", "\x7f\x45LF\x02\x01",
+           "neither a ddp nor a PyTorch store client: the connection began with \"\\x7fELF"},
+          {"oversized key", huge_key, "key of 1099511627776 bytes exceeds the limit of 65536"},
+          {"unknown 2.x query", tw::encode(validate, v2) + "\x2a",
+           "unknown query byte 42 for the PyTorch 2.x (VALIDATE) protocol"},
+          {"second VALIDATE", tw::encode(validate, v2) + tw::encode(validate, v2), "a second VALIDATE"},
+          {"VALIDATE with a wrong magic number", tw::encode(validate, v2) + "\x00\x01\x02\x03\x04"s,
+           "VALIDATE carries 0x04030201 instead of the magic number 0x3C85F7CE"},
+          {"get of a missing key", tw::encode(query(tw::Query::Get, "/nope"), v1),
+           "GET of \"/nope\", which does not exist"},
+          {"add to a non-integer",
+           tw::encode(
+               [] {
+    auto q = query(tw::Query::Add, "/text");
+    q.number = 1;
+    return q;
+               }(),
+               v1),
+           "the key holds \"abc\", not an integer counter"},
+          {"add that overflows",
+           tw::encode(
+               [] {
+    auto q = query(tw::Query::Add, "/top");
+    q.number = 1;
+    return q;
+               }(),
+               v1),
+           "the sum does not fit in 64 bits"},
+                          {"truncated request", tw::encode(query(tw::Query::Set, "/k", "0123456789"), v1).substr(0, 15),
+                           "the connection closed in the middle of a message", true},
+                          };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
     testing::internal::CaptureStderr();

@@ -109,10 +109,22 @@ TEST(TorchWire, EncodesRequestsByteForByteAsPyTorch113sClient) {
   // set("k","v"), add("c",5), compare_set("k","v","w"), num_keys(), delete_key("k"),
   // wait(["a","b"]), get("g") (a WAIT, then a GET).
   const auto v = Dialect::V1_13;
-  EXPECT_EQ(encode([] { Request q = make(Query::Add, "init/"); q.number = 1; return q; }(), v),
+  EXPECT_EQ(encode(
+                [] {
+    Request q = make(Query::Add, "init/");
+    q.number = 1;
+    return q;
+                }(),
+                v),
             "\x03\x05\0\0\0\0\0\0\0init/\x01\0\0\0\0\0\0\0"s);
   EXPECT_EQ(encode(make(Query::Set, "/k", "v"), v), "\x00\x02\0\0\0\0\0\0\0/k\x01\0\0\0\0\0\0\0v"s);
-  EXPECT_EQ(encode([] { Request q = make(Query::Add, "/c"); q.number = 5; return q; }(), v),
+  EXPECT_EQ(encode(
+                [] {
+    Request q = make(Query::Add, "/c");
+    q.number = 5;
+    return q;
+                }(),
+                v),
             "\x03\x02\0\0\0\0\0\0\0/c\x05\0\0\0\0\0\0\0"s);
   EXPECT_EQ(encode(make(Query::CompareSet, "/k", "v", "w"), v),
             "\x01\x02\0\0\0\0\0\0\0/k\x01\0\0\0\0\0\0\0v\x01\0\0\0\0\0\0\0w"s);
@@ -135,7 +147,8 @@ TEST(TorchWire, RepliesAreThePlainFieldsPyTorchReads) {
   EXPECT_EQ(encode_wait(WaitReply::WaitCanceled), "\x01"s);
   EXPECT_EQ(encode_watch_registered(), "\x03"s);
   EXPECT_EQ(encode_uint32(0x01020304), "\x04\x03\x02\x01"s);
-  EXPECT_EQ(encode_watch_event(WatchEvent::KeyUpdated, "/k", "a", "bc"), "\x00"s + sized("/k") + sized("a") + sized("bc"));
+  EXPECT_EQ(encode_watch_event(WatchEvent::KeyUpdated, "/k", "a", "bc"),
+            "\x00"s + sized("/k") + sized("a") + sized("bc"));
   EXPECT_EQ(encode_watch_event(WatchEvent::KeyCreated, "/k", "", "x"), "\x01"s + sized("/k") + sized("") + sized("x"));
 }
 
@@ -151,7 +164,8 @@ TEST(TorchWire, TheFirstBytesTellDdpFromPyTorchFromAnythingElse) {
   EXPECT_EQ(classify_opening("\x16\x03\x01"s), Opening::Unknown);  // a TLS hello
   EXPECT_EQ(classify_opening("\x0d"s), Opening::Unknown);          // past the last unvalidated query
   EXPECT_EQ(classify_opening("\xff"s), Opening::Unknown);
-  for (char code = 1; code <= 12; ++code) EXPECT_EQ(classify_opening(std::string(1, code)), Opening::Torch) << int(code);
+  for (char code = 1; code <= 12; ++code)
+    EXPECT_EQ(classify_opening(std::string(1, code)), Opening::Torch) << int(code);
   // Query byte 0 is SET in 1.13 and VALIDATE in 2.x: the magic number decides.
   EXPECT_EQ(classify_opening("\x00"s), Opening::NeedMore);
   EXPECT_EQ(classify_opening("\x00\x02\0\0"s), Opening::NeedMore);

@@ -49,17 +49,24 @@ TEST(AcceleratorSettings, TheCodeWinsOverTheLaunchWhichWinsOverTheDefaults) {
 
 TEST(AcceleratorSettings, ABadValueNamesWhereItCameFrom) {
   test::expect_error<InvalidArgument>(
-      [] { detail::resolve_settings({}, env_of({{"ACCELERATE_MIXED_PRECISION", "fp8"}})); },
+      [] {
+    detail::resolve_settings({}, env_of({{"ACCELERATE_MIXED_PRECISION", "fp8"}}));
+      },
       {"ACCELERATE_MIXED_PRECISION (ddprun --mixed_precision) is 'fp8'", "no, fp16 or bf16", "Transformer Engine"});
   for (const char* bad : {"0", "two", "3x", ""}) {
     test::expect_error<InvalidArgument>(
-        [&] { detail::resolve_settings({}, env_of({{"ACCELERATE_GRADIENT_ACCUMULATION_STEPS", bad}})); },
+        [&] {
+      detail::resolve_settings({}, env_of({{"ACCELERATE_GRADIENT_ACCUMULATION_STEPS", bad}}));
+        },
         {"ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "1 or more"});
   }
   test::expect_error<InvalidArgument>([] { detail::resolve_settings({.gradient_accumulation_steps = 0}, env_of({})); },
                                       {"gradient_accumulation_steps is 0"});
-  test::expect_error<InvalidArgument>([] { detail::resolve_settings({}, env_of({{"ACCELERATE_USE_CPU", "maybe"}})); },
-                                      {"ACCELERATE_USE_CPU (ddprun --cpu) is 'maybe'"});
+  test::expect_error<InvalidArgument>(
+      [] {
+    detail::resolve_settings({}, env_of({{"ACCELERATE_USE_CPU", "maybe"}}));
+      },
+      {"ACCELERATE_USE_CPU (ddprun --cpu) is 'maybe'"});
 }
 
 TEST(AcceleratorMetrics, TheSamplersPaddingIsDroppedFromTheGatheredRows) {
@@ -97,7 +104,9 @@ test::RunOptions launch(std::map<std::string, std::string> env = {}) {
 TEST(Accelerator, OneProcessWithoutALauncherIsAGroupOfOneAndRefusesMisuse) {
   test::RunOptions options = launch();
   options.set_launch_env = false;
-  test::run_ranks(1, [](int, int) {
+  test::run_ranks(
+      1,
+      [](int, int) {
     Accelerator acc;
     EXPECT_EQ(acc.num_processes(), 1);
     EXPECT_TRUE(acc.is_main_process());
@@ -121,13 +130,16 @@ TEST(Accelerator, OneProcessWithoutALauncherIsAGroupOfOneAndRefusesMisuse) {
     fs::create_directories(dir);
     test::expect_error<IOError>([&] { acc.load_state(dir.string()); }, {"holds no checkpoint", "save_state"});
     fs::remove_all(dir);
-  }, options);
+      },
+      options);
 }
 
 // 2 ranks, 20 samples, batches of 2: 5 batches per rank and pass. With 3 micro-steps per step the
 // gradients synchronize at the 3rd batch and at the pass's last (5th): 2 optimizer steps.
 TEST(Accelerator, AccumulationSynchronizesOnTheLastMicroStepAndAtThePassesEnd) {
-  test::run_ranks(2, [](int, int) {
+  test::run_ranks(
+      2,
+      [](int, int) {
     Accelerator acc({.gradient_accumulation_steps = 3});
     torch::manual_seed(0);
     auto model = acc.prepare(torch::nn::Linear(4, 2));
@@ -152,13 +164,16 @@ TEST(Accelerator, AccumulationSynchronizesOnTheLastMicroStepAndAtThePassesEnd) {
     // A micro-step outside accumulate() cannot step: which micro-step it is would be unknown.
     acc.backward(model(torch::ones({1, 4})).sum());
     test::expect_error<Error>([&] { optimizer.step(); }, {"was not inside acc.accumulate(model)"});
-  }, launch());
+      },
+      launch());
 }
 
 // 3 ranks over 10 samples, batches of 2: the second batch's padding (2 of its 6 rows) is not
 // gathered, so an epoch's gathered rows are the 10 samples once each.
 TEST(Accelerator, GatherForMetricsCountsEverySampleOnce) {
-  test::run_ranks(3, [](int, int) {
+  test::run_ranks(
+      3,
+      [](int, int) {
     Accelerator acc;
     auto loader = acc.prepare(Numbers(10), {.batch_size = 2, .shuffle = false});
     std::vector<std::int64_t> seen;
@@ -170,28 +185,31 @@ TEST(Accelerator, GatherForMetricsCountsEverySampleOnce) {
     }
     std::sort(seen.begin(), seen.end());
     EXPECT_EQ(seen, (std::vector<std::int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
-  }, launch());
+      },
+      launch());
 }
 
 TEST(Accelerator, SavingNeedsOneDirectoryOnEveryRankAndAFailedWriteFailsEveryRank) {
-  test::run_ranks(2, [](int rank, int) {
+  test::run_ranks(
+      2,
+      [](int rank, int) {
     // The ranks are processes of their own: the job's master port names their common folder.
     const auto root = fs::temp_directory_path() / (std::string("ddp-acc-save-") + std::getenv("MASTER_PORT"));
     Accelerator acc;
     auto model = acc.prepare(torch::nn::Linear(4, 2));
     const auto mine = (root / ("rank" + std::to_string(rank))).string();
-    test::expect_error<InvalidArgument>([&] { acc.save_state(mine); },
-                                        {"rank(s) 1 passed another directory than the main process's",
-                                         (root / "rank0").string(), "same directory"});
+    test::expect_error<InvalidArgument>(
+        [&] { acc.save_state(mine); },
+        {"rank(s) 1 passed another directory than the main process's", (root / "rank0").string(), "same directory"});
     test::expect_error<InvalidArgument>([&] { acc.save_model(model, mine); }, {"Accelerator::save_model"});
     // /proc takes no new folders: rank 0 cannot write, and rank 1 is told so instead of going on.
-    test::expect_error<IOError>([&] { acc.save_state("/proc/ddp-accelerator-test"); },
-                                {"/proc/ddp-accelerator-test"});
+    test::expect_error<IOError>([&] { acc.save_state("/proc/ddp-accelerator-test"); }, {"/proc/ddp-accelerator-test"});
     acc.save_state((root / "shared").string());
     EXPECT_EQ(Checkpoints({.directory = (root / "shared").string(), .prefix = "state"}).list().size(), 1u);
     acc.wait_for_everyone();
     if (rank == 0) fs::remove_all(root);
-  }, launch());
+      },
+      launch());
 }
 
 // fp16: a GradScaler; a step whose gradients hold inf is skipped, the window's gradients dropped,
@@ -200,7 +218,9 @@ TEST(Accelerator, SavingNeedsOneDirectoryOnEveryRankAndAFailedWriteFailsEveryRan
 TEST(Accelerator, Fp16OnTheCpuSkipsAStepWithInfiniteGradientsOrIsRefusedSayingWhy) {
   test::RunOptions options = launch({{"ACCELERATE_MIXED_PRECISION", "fp16"}});
   options.set_launch_env = false;
-  test::run_ranks(1, [](int, int) {
+  test::run_ranks(
+      1,
+      [](int, int) {
     if (!compat::cpu_autocast_supports(at::kHalf)) {
       test::expect_error<InvalidArgument>([] { Accelerator acc; }, {"bfloat16"});
       return;
@@ -219,16 +239,20 @@ TEST(Accelerator, Fp16OnTheCpuSkipsAStepWithInfiniteGradientsOrIsRefusedSayingWh
     optimizer.zero_grad();
     EXPECT_FALSE(model->weight.grad().defined());
     EXPECT_EQ(acc.step(), 0);
-  }, options);
+      },
+      options);
 }
 
 // Accumulating across a skipped step: with 2 micro-steps per step, an inf in the second skips the
 // step and drops the whole window (the first micro-step's finite gradients too), and the next
 // window starts from zero gradients and steps.
 TEST(Accelerator, Fp16AccumulationAcrossASkippedStepDropsTheWholeWindow) {
-  test::RunOptions options = launch({{"ACCELERATE_MIXED_PRECISION", "fp16"}, {"ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "2"}});
+  test::RunOptions options =
+      launch({{"ACCELERATE_MIXED_PRECISION", "fp16"}, {"ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "2"}});
   options.set_launch_env = false;
-  test::run_ranks(1, [](int, int) {
+  test::run_ranks(
+      1,
+      [](int, int) {
     if (!compat::cpu_autocast_supports(at::kHalf)) GTEST_SKIP() << "LibTorch 1.13 cannot autocast the CPU to float16";
     Accelerator acc;
     auto model = acc.prepare(torch::nn::Linear(4, 2));
@@ -252,7 +276,8 @@ TEST(Accelerator, Fp16AccumulationAcrossASkippedStepDropsTheWholeWindow) {
     EXPECT_FALSE(optimizer.step_was_skipped());
     EXPECT_FALSE(torch::equal(model->weight, before));
     EXPECT_EQ(acc.step(), 1);
-  }, options);
+      },
+      options);
 }
 
 }  // namespace

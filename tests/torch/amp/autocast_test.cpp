@@ -115,8 +115,9 @@ TEST(Autocast, UnsupportedChoicesAreRefusedOrDisabled) {
     expect_error<InvalidArgument>([] { Autocast half_on_cpu(torch::kCPU, {.dtype = at::kHalf}); },
                                   {"CPU autocast supports only bfloat16", "not Half"});
   }
-  expect_error<InvalidArgument>([] { Autocast meta(c10::DeviceType::Meta); },
-                                {"ddp::amp::Autocast", "device type", "is not supported", "torch::kCUDA or torch::kCPU"});
+  expect_error<InvalidArgument>(
+      [] { Autocast meta(c10::DeviceType::Meta); },
+      {"ddp::amp::Autocast", "device type", "is not supported", "torch::kCUDA or torch::kCPU"});
   // Nothing was left changed by the refused guards.
   EXPECT_FALSE(compat::autocast_enabled(at::kCPU));
   EXPECT_EQ(compat::autocast_dtype(at::kCPU), at::kBFloat16);

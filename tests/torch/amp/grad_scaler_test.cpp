@@ -42,8 +42,8 @@ std::vector<GoldenCase> parse_cases(std::istream& in) {
     c.line = line;
     std::istringstream fields(line);
     std::string colon, result;
-    fields >> c.options.init_scale >> c.options.growth_factor >> c.options.backoff_factor >> c.options.growth_interval >>
-        c.pattern >> colon;
+    fields >> c.options.init_scale >> c.options.growth_factor >> c.options.backoff_factor >>
+        c.options.growth_interval >> c.pattern >> colon;
     while (fields >> result) {  // stepped/scale/tracker
       const auto a = result.find('/'), b = result.rfind('/');
       c.stepped.push_back(std::stoi(result.substr(0, a)));
@@ -99,9 +99,9 @@ TEST(GradScaler, ScaleSequenceEqualsPyTorchsGradScalerOverScriptedInfAndNanSteps
 class GradScalerPyTorch : public ::testing::TestWithParam<ReferencePython> {};
 
 TEST_P(GradScalerPyTorch, ScaleSequenceEqualsThisPyTorchsGradScaler) {
-  const auto python = run_command(
-      {GetParam().path, std::string(DDP_SOURCE_DIR) + "/tests/torch/amp/make_golden.py", "--print"}, {},
-      std::chrono::seconds(120));
+  const auto python =
+      run_command({GetParam().path, std::string(DDP_SOURCE_DIR) + "/tests/torch/amp/make_golden.py", "--print"}, {},
+                  std::chrono::seconds(120));
   ASSERT_TRUE(python.ok()) << python.output;
   std::istringstream in(python.output);
   const auto cases = parse_cases(in);
@@ -140,7 +140,8 @@ TEST(GradScaler, UnscalingAScaledBackwardGivesTheUnscaledGradientsExactly) {
   scaled.backward();
   EXPECT_FALSE(torch::equal(model->parameters()[0].grad(), plain[0]));
   scaler.unscale_(optimizer);
-  for (std::size_t i = 0; i < plain.size(); ++i) EXPECT_TRUE(torch::equal(model->parameters()[i].grad(), plain[i])) << i;
+  for (std::size_t i = 0; i < plain.size(); ++i)
+    EXPECT_TRUE(torch::equal(model->parameters()[i].grad(), plain[i])) << i;
   EXPECT_TRUE(scaler.step(optimizer));
   scaler.update();
   EXPECT_EQ(scaler.get_scale(), 65536.0);
@@ -151,7 +152,8 @@ TEST(GradScaler, MisuseIsRefusedAsInPyTorch) {
   auto w = torch::ones({3}, torch::requires_grad());
   torch::optim::SGD optimizer({w}, 0.1);
   GradScaler scaler;
-  expect_error<Error>([&] { scaler.unscale_(optimizer); }, {"GradScaler::unscale_", "there is no scale yet", "scaler.scale(loss)"});
+  expect_error<Error>([&] { scaler.unscale_(optimizer); },
+                      {"GradScaler::unscale_", "there is no scale yet", "scaler.scale(loss)"});
   expect_error<Error>([&] { scaler.update(); }, {"GradScaler::update", "there is no scale yet"});
   scaler.scale(w.sum()).backward();
   expect_error<Error>([&] { scaler.update(); }, {"no inf checks were recorded prior to update()"});
@@ -171,7 +173,8 @@ TEST(GradScaler, MisuseIsRefusedAsInPyTorch) {
   auto half = torch::ones({2}, torch::TensorOptions().dtype(at::kHalf).requires_grad(true));
   half.mutable_grad() = torch::ones({2}, at::kHalf);
   torch::optim::SGD fp16({half}, 0.1);
-  expect_error<Error>([&] { scaler.unscale_(fp16); }, {"attempting to unscale FP16 gradients", "parameter 0 of group 0"});
+  expect_error<Error>([&] { scaler.unscale_(fp16); },
+                      {"attempting to unscale FP16 gradients", "parameter 0 of group 0"});
 
   expect_error<InvalidArgument>([] { GradScaler bad({.growth_factor = 1.0}); }, {"growth_factor must be > 1"});
   expect_error<InvalidArgument>([] { GradScaler bad({.backoff_factor = 1.5}); }, {"backoff_factor must be < 1"});

@@ -16,7 +16,8 @@ std::vector<std::string> libtorch_warnings(const std::string& output) {
   std::vector<std::string> found;
   std::istringstream lines(output);
   for (std::string line; std::getline(lines, line);) {
-    if (line.rfind("[W", 0) == 0 || line.find("Warning:") != std::string::npos || line.find("deprecated") != std::string::npos) {
+    if (line.rfind("[W", 0) == 0 || line.find("Warning:") != std::string::npos ||
+        line.find("deprecated") != std::string::npos) {
       found.push_back(line);
     }
   }
@@ -47,7 +48,8 @@ TEST(NoWarnings, AnAutocastAndGradScalerLoopUnderDdpPrintsNone) {
     destroy_process_group();
   });
   for (const auto& rank : ranks) {
-    EXPECT_EQ(libtorch_warnings(rank.output), std::vector<std::string>{}) << "rank " << rank.rank << ":\n" << rank.output;
+    EXPECT_EQ(libtorch_warnings(rank.output), std::vector<std::string>{}) << "rank " << rank.rank << ":\n"
+                                                                          << rank.output;
   }
 }
 

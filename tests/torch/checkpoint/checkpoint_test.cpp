@@ -111,7 +111,8 @@ TEST(Checkpoints, NoUsableCheckpointIsAnErrorNamingEveryFile) {
   save_value(c, 1, 1.0);
   save_value(c, 2, 2.0);
   for (const auto& f : c.list()) corrupt(f, true);
-  std::ofstream(fs::path(dir.path()) / "checkpoint-000000000003.ckpt") << "not a checkpoint at all, longer than a header";
+  std::ofstream(fs::path(dir.path()) / "checkpoint-000000000003.ckpt")
+      << "not a checkpoint at all, longer than a header";
   try {
     load_value(c);
     FAIL() << "no error";
@@ -153,7 +154,9 @@ TEST(Checkpoints, UnwritableDirectoryAndBadOptionsAreClearErrors) {
 
 TEST(Checkpoints, RankZeroWritesAndEveryoneReadsAfterTheBarrier) {
   const std::string dir = (fs::temp_directory_path() / ("ddp-ckpt-mp-" + std::to_string(::getpid()))).string();
-  test::run_ranks(3, [&](int rank, int) {
+  test::run_ranks(
+      3,
+      [&](int rank, int) {
     init_process_group("gloo", {.timeout = std::chrono::seconds(30)});
     Checkpoints c({.directory = std::getenv("CKPT_DIR")});
     for (int step = 1; step <= 3; ++step) {
@@ -165,7 +168,8 @@ TEST(Checkpoints, RankZeroWritesAndEveryoneReadsAfterTheBarrier) {
       barrier();  // everyone has read it before rank 0 writes the next
     }
     destroy_process_group();
-  }, {.env = {{"CKPT_DIR", dir}}});
+      },
+      {.env = {{"CKPT_DIR", dir}}});
   fs::remove_all(dir);
 }
 

@@ -27,7 +27,8 @@ at::Tensor sum_over(int world, int64_t n, at::ScalarType type) {
 
 void expect_equal(const at::Tensor& actual, const at::Tensor& expected, const std::string& what) {
   EXPECT_TRUE(at::equal(actual.to(at::kDouble), expected.to(at::kDouble)))
-      << what << ": got " << actual.to(at::kDouble).slice(0, 0, 8) << " expected " << expected.to(at::kDouble).slice(0, 0, 8);
+      << what << ": got " << actual.to(at::kDouble).slice(0, 0, 8) << " expected "
+      << expected.to(at::kDouble).slice(0, 0, 8);
 }
 
 TEST(TensorCollectives, EveryOpAndDtypeOnThreeRanks) {
@@ -61,7 +62,8 @@ TEST(TensorCollectives, EveryOpAndDtypeOnThreeRanks) {
 
         auto gathered = at::empty({world * n}, type);
         all_gather_into_tensor(gathered, input(rank, n, type));
-        for (int r = 0; r < world; ++r) expect_equal(gathered.narrow(0, r * n, n), input(r, n, type), "all_gather_into_tensor " + name);
+        for (int r = 0; r < world; ++r)
+          expect_equal(gathered.narrow(0, r * n, n), input(r, n, type), "all_gather_into_tensor " + name);
 
         std::vector<at::Tensor> ins;
         for (int r = 0; r < world; ++r) ins.push_back(input(rank + r, n, type));
@@ -85,15 +87,19 @@ TEST(TensorCollectives, EveryOpAndDtypeOnThreeRanks) {
 
         auto single_in = at::cat(to_all), single_out = at::empty({world * n}, type);
         all_to_all_single(single_out, single_in);
-        for (int r = 0; r < world; ++r) expect_equal(single_out.narrow(0, r * n, n), input(r * 10 + rank, n, type), "all_to_all_single " + name);
+        for (int r = 0; r < world; ++r)
+          expect_equal(single_out.narrow(0, r * n, n), input(r * 10 + rank, n, type), "all_to_all_single " + name);
 
         std::vector<at::Tensor> list;
-        if (rank == 0) for (int r = 0; r < world; ++r) list.push_back(at::empty({n}, type));
+        if (rank == 0)
+          for (int r = 0; r < world; ++r) list.push_back(at::empty({n}, type));
         gather(input(rank, n, type), list, 0);
-        if (rank == 0) for (int r = 0; r < world; ++r) expect_equal(list[r], input(r, n, type), "gather " + name);
+        if (rank == 0)
+          for (int r = 0; r < world; ++r) expect_equal(list[r], input(r, n, type), "gather " + name);
 
         std::vector<at::Tensor> parts;
-        if (rank == 1) for (int r = 0; r < world; ++r) parts.push_back(input(100 + r, n, type));
+        if (rank == 1)
+          for (int r = 0; r < world; ++r) parts.push_back(input(100 + r, n, type));
         auto mine = at::empty({n}, type);
         scatter(mine, parts, 1);
         expect_equal(mine, input(100 + rank, n, type), "scatter " + name);

@@ -43,7 +43,8 @@ void check_every_collective(const torch::Device& device) {
     for (int r = 0; r < world; ++r) EXPECT_TRUE(torch::equal(outs[r], value(r))) << "all_gather " << r;
     auto flat = torch::empty({4 * world}, opts);
     all_gather_into_tensor(flat, value(rank));
-    for (int r = 0; r < world; ++r) EXPECT_TRUE(torch::equal(flat.narrow(0, 4 * r, 4), value(r))) << "all_gather_into_tensor";
+    for (int r = 0; r < world; ++r)
+      EXPECT_TRUE(torch::equal(flat.narrow(0, 4 * r, 4), value(r))) << "all_gather_into_tensor";
   }
   {
     std::vector<torch::Tensor> ins;
@@ -65,13 +66,15 @@ void check_every_collective(const torch::Device& device) {
   }
   {
     std::vector<torch::Tensor> list;
-    if (rank == 0) for (int r = 0; r < world; ++r) list.push_back(torch::empty({4}, opts));
+    if (rank == 0)
+      for (int r = 0; r < world; ++r) list.push_back(torch::empty({4}, opts));
     gather(value(rank), list, 0);
     if (rank == 0) {
       for (int r = 0; r < world; ++r) EXPECT_TRUE(torch::equal(list[r], value(r))) << "gather " << r;
     }
     std::vector<torch::Tensor> parts;
-    if (rank == 0) for (int r = 0; r < world; ++r) parts.push_back(value(r) * 2);
+    if (rank == 0)
+      for (int r = 0; r < world; ++r) parts.push_back(value(r) * 2);
     auto mine = torch::empty({4}, opts);
     scatter(mine, parts, 0);
     EXPECT_TRUE(torch::equal(mine, value(rank) * 2)) << "scatter";
@@ -117,12 +120,15 @@ class CudaThroughGloo : public ::testing::TestWithParam<int> {};
 
 TEST_P(CudaThroughGloo, SeveralRanksShareOneGpu) {
   DDP_REQUIRE_CUDA_DEVICES(1);
-  test::run_ranks(GetParam(), [](int, int) {
+  test::run_ranks(
+      GetParam(),
+      [](int, int) {
     init_process_group("gloo", {.timeout = 60s});
     check_every_collective(torch::Device(torch::kCUDA, 0));
     check_waits_for_the_current_stream(torch::Device(torch::kCUDA, 0));
     destroy_process_group();
-  }, {.deadline = 120s});
+      },
+      {.deadline = 120s});
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, CudaThroughGloo, ::testing::Values(1, 2, 3),
@@ -131,13 +137,16 @@ INSTANTIATE_TEST_SUITE_P(Ranks, CudaThroughGloo, ::testing::Values(1, 2, 3),
 TEST(CudaCollectives, OneProcessPerGpuOnNccl) {
   DDP_REQUIRE_CUDA_DEVICES(2);
   const int world = static_cast<int>(torch::cuda::device_count());
-  test::run_ranks(world, [](int rank, int) {
+  test::run_ranks(
+      world,
+      [](int rank, int) {
     init_process_group("nccl", {.timeout = 60s});
     const torch::Device device(torch::kCUDA, static_cast<c10::DeviceIndex>(get_local_rank()));
     check_every_collective(device);
     check_waits_for_the_current_stream(device);
     destroy_process_group();
-  }, {.deadline = 120s});
+      },
+      {.deadline = 120s});
 }
 
 TEST(CudaCollectives, CpuTensorsOnNcclAreRefusedClearly) {
@@ -149,7 +158,8 @@ TEST(CudaCollectives, CpuTensorsOnNcclAreRefusedClearly) {
       all_reduce(t);
       ADD_FAILURE() << "no error";
     } catch (const InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find("the nccl backend cannot use buffers on cpu"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("the nccl backend cannot use buffers on cpu"), std::string::npos)
+          << e.what();
     }
     destroy_process_group();
   });

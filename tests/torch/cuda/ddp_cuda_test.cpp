@@ -70,13 +70,12 @@ double train(const Scenario& s, int rank, int world, int features, const torch::
 
 void train_scenarios(int rank, int world, const torch::Device& device) {
   const int d = device.index();
-  for (const Scenario& s :
-       {Scenario{"MLP"}, Scenario{"MLP, device_ids", {.device_ids = {d}}},
-        Scenario{"MLP, tiny buckets", {.device_ids = {d}, .bucket_cap_mb = 1e-6}},
-        Scenario{"MLP, bucket views", {.gradient_as_bucket_view = true}},
-        Scenario{"MLP, allreduce hook", {}, comm_hooks::allreduce()},
-        Scenario{"MLP, fp16 hook", {}, comm_hooks::fp16_compress(), 5e-3},
-        Scenario{"MLP, unused parameters found", {.find_unused_parameters = true}}}) {
+  for (const Scenario& s : {Scenario{"MLP"}, Scenario{"MLP, device_ids", {.device_ids = {d}}},
+                            Scenario{"MLP, tiny buckets", {.device_ids = {d}, .bucket_cap_mb = 1e-6}},
+                            Scenario{"MLP, bucket views", {.gradient_as_bucket_view = true}},
+                            Scenario{"MLP, allreduce hook", {}, comm_hooks::allreduce()},
+                            Scenario{"MLP, fp16 hook", {}, comm_hooks::fp16_compress(), 5e-3},
+                            Scenario{"MLP, unused parameters found", {.find_unused_parameters = true}}}) {
     EXPECT_LE(train<Mlp>(s, rank, world, 20, device), s.tolerance) << s.name << " on " << world << " ranks";
   }
   Scenario bn{"CNN with BatchNorm", {.device_ids = {d}}};
@@ -103,11 +102,14 @@ class DdpCudaThroughGloo : public ::testing::TestWithParam<int> {};
 
 TEST_P(DdpCudaThroughGloo, SeveralRanksOnOneGpuMatchOneProcess) {
   DDP_REQUIRE_CUDA_DEVICES(1);
-  run_ranks(GetParam(), [](int rank, int world) {
+  run_ranks(
+      GetParam(),
+      [](int rank, int world) {
     init_process_group("gloo", {.timeout = 120s});
     train_scenarios(rank, world, torch::Device(torch::kCUDA, 0));
     destroy_process_group();
-  }, {.deadline = 280s});
+      },
+      {.deadline = 280s});
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, DdpCudaThroughGloo, ::testing::Values(2, 3),
@@ -116,11 +118,14 @@ INSTANTIATE_TEST_SUITE_P(Ranks, DdpCudaThroughGloo, ::testing::Values(2, 3),
 TEST(DdpCuda, OneProcessPerGpuOnNcclMatchesOneProcess) {
   DDP_REQUIRE_CUDA_DEVICES(2);
   const int world = std::min<int>(static_cast<int>(torch::cuda::device_count()), 4);
-  run_ranks(world, [](int rank, int world) {
+  run_ranks(
+      world,
+      [](int rank, int world) {
     init_process_group("nccl", {.timeout = 120s});
     train_scenarios(rank, world, torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(get_local_rank())));
     destroy_process_group();
-  }, {.deadline = 280s});
+      },
+      {.deadline = 280s});
 }
 
 TEST(DdpCuda, DeviceIdsMoveInputsAndOutputDeviceMovesOutputs) {
@@ -141,7 +146,8 @@ TEST(DdpCuda, DeviceIdsMoveInputsAndOutputDeviceMovesOutputs) {
     DistributedDataParallel ddp_model(model, {.device_ids = {0}, .output_device = gpus});
     ADD_FAILURE() << "no error";
   } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("output_device " + std::to_string(gpus) + " is not a CUDA device"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("output_device " + std::to_string(gpus) + " is not a CUDA device"),
+              std::string::npos)
         << e.what();
   }
   if (gpus > 1) {
@@ -150,7 +156,8 @@ TEST(DdpCuda, DeviceIdsMoveInputsAndOutputDeviceMovesOutputs) {
       ADD_FAILURE() << "no error";
     } catch (const InvalidArgument& e) {
       EXPECT_NE(std::string(e.what()).find("device_ids must name the one device the module is on (cuda:0)"),
-                std::string::npos) << e.what();
+                std::string::npos)
+          << e.what();
     }
   }
   destroy_process_group();

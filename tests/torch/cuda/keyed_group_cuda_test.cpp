@@ -20,7 +20,9 @@ torch::Device my_gpu() { return torch::Device(torch::kCUDA, static_cast<c10::Dev
 
 TEST(KeyedGroupCuda, CpuTensorsOverGlooAndCudaTensorsOverNcclInOneGroup) {
   DDP_REQUIRE_CUDA_DEVICES(1);
-  run_ranks(gpus(), [](int rank, int world) {
+  run_ranks(
+      gpus(),
+      [](int rank, int world) {
     init_process_group("", {.timeout = 120s});  // the default where CUDA is available
     EXPECT_EQ(get_backend(), "cpu:gloo,cuda:nccl");
     EXPECT_EQ(collective_device(), torch::Device(torch::kCPU));
@@ -42,12 +44,15 @@ TEST(KeyedGroupCuda, CpuTensorsOverGlooAndCudaTensorsOverNcclInOneGroup) {
     EXPECT_FALSE(ddp_model->straggler_report().text.empty());
     barrier();
     destroy_process_group();
-  }, {.deadline = 240s});
+      },
+      {.deadline = 240s});
 }
 
 TEST(KeyedGroupCuda, NcclAloneRefusesCpuTensorsButRunsDdpsOwnCollectives) {
   DDP_REQUIRE_CUDA_DEVICES(1);
-  run_ranks(gpus(), [](int, int world) {
+  run_ranks(
+      gpus(),
+      [](int, int world) {
     init_process_group("nccl", {.timeout = 120s});
     EXPECT_EQ(collective_device(), my_gpu());
     auto on_cpu = torch::ones({4});
@@ -55,7 +60,8 @@ TEST(KeyedGroupCuda, NcclAloneRefusesCpuTensorsButRunsDdpsOwnCollectives) {
       all_reduce(on_cpu);
       ADD_FAILURE() << "a CPU tensor went over nccl alone";
     } catch (const InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find("init_process_group(\"cpu:gloo,cuda:nccl\")"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("init_process_group(\"cpu:gloo,cuda:nccl\")"), std::string::npos)
+          << e.what();
     }
     auto model = std::make_shared<torch::nn::LinearImpl>(8, 4);
     model->to(my_gpu());
@@ -67,7 +73,8 @@ TEST(KeyedGroupCuda, NcclAloneRefusesCpuTensorsButRunsDdpsOwnCollectives) {
     zero.consolidate_state_dict(0);  // a gather of every rank's shard, through the GPU
     (void)world;
     destroy_process_group();
-  }, {.deadline = 240s});
+      },
+      {.deadline = 240s});
 }
 
 }  // namespace

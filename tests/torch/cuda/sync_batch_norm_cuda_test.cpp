@@ -35,28 +35,33 @@ void scenarios(int world, const torch::Device& device) {
   for (const auto& s : {half, half_channels_last}) {  // float16: about 3 significant digits
     expect_matches_one_process<torch::nn::BatchNorm2d>(s, get_default_group(), 2, device, 2e-2);
   }
-  expect_matches_one_process<torch::nn::BatchNorm1d>({2, members, std::vector<std::int64_t>(world, 2), {}, 5,
-                                                      c10::nullopt},
-                                                     get_default_group(), 2, device, 1e-4);
+  expect_matches_one_process<torch::nn::BatchNorm1d>(
+      {2, members, std::vector<std::int64_t>(world, 2), {}, 5, c10::nullopt}, get_default_group(), 2, device, 1e-4);
 }
 
 TEST(SyncBatchNormCuda, RanksSharingOneGpuThroughGlooEqualOneProcess) {
   DDP_REQUIRE_CUDA_DEVICES(1);
-  run_ranks(2, [](int, int world) {
+  run_ranks(
+      2,
+      [](int, int world) {
     init_process_group("gloo", {.timeout = 120s});
     scenarios(world, torch::Device(torch::kCUDA, 0));
     destroy_process_group();
-  }, {.deadline = 280s});
+      },
+      {.deadline = 280s});
 }
 
 TEST(SyncBatchNormCuda, OneProcessPerGpuOnNcclEqualsOneProcess) {
   DDP_REQUIRE_CUDA_DEVICES(2);
   const int world = std::min<int>(static_cast<int>(torch::cuda::device_count()), 4);
-  run_ranks(world, [](int, int world) {
+  run_ranks(
+      world,
+      [](int, int world) {
     init_process_group("nccl", {.timeout = 120s});
     scenarios(world, torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(get_local_rank())));
     destroy_process_group();
-  }, {.deadline = 280s});
+      },
+      {.deadline = 280s});
 }
 
 }  // namespace

@@ -24,9 +24,7 @@ namespace {
 namespace fs = std::filesystem;
 using Bytes = std::vector<std::uint8_t>;
 
-bool have_fashion_mnist() {
-  return fs::exists(fs::path(FashionMNIST::kDefaultRoot) / "train-images-idx3-ubyte.gz");
-}
+bool have_fashion_mnist() { return fs::exists(fs::path(FashionMNIST::kDefaultRoot) / "train-images-idx3-ubyte.gz"); }
 
 // ---- Writing IDX files, gzip'd by hand (stored deflate blocks: an encoder independent of zlib) ----
 
@@ -50,7 +48,8 @@ Bytes gzip_stored(const Bytes& data) {
     out.push_back(static_cast<std::uint8_t>(len >> 8));
     out.push_back(static_cast<std::uint8_t>(~len));
     out.push_back(static_cast<std::uint8_t>(~len >> 8));
-    out.insert(out.end(), data.begin() + static_cast<std::ptrdiff_t>(at), data.begin() + static_cast<std::ptrdiff_t>(at + len));
+    out.insert(out.end(), data.begin() + static_cast<std::ptrdiff_t>(at),
+               data.begin() + static_cast<std::ptrdiff_t>(at + len));
     at += len;
   } while (at < data.size());
   const std::uint32_t crc = crc32(data), size = static_cast<std::uint32_t>(data.size());
@@ -95,8 +94,8 @@ class FashionMnistFiles : public testing::Test {
 
   std::string write(const std::string& name, const Bytes& bytes) {
     const fs::path path = dir_ / name;
-    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
-                                                static_cast<std::streamsize>(bytes.size()));
+    std::ofstream(path, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
     return path.string();
   }
   // A small valid training split: 3 images, labels 9, 0, 5.
@@ -121,7 +120,8 @@ class FashionMnistFiles : public testing::Test {
 // ---- FashionMNIST on Debian's files ----
 
 TEST(FashionMNIST, LoadsBothSplitsOfTheRealDataset) {
-  if (!have_fashion_mnist()) GTEST_SKIP() << "dataset-fashion-mnist is not installed (apt-get install dataset-fashion-mnist)";
+  if (!have_fashion_mnist())
+    GTEST_SKIP() << "dataset-fashion-mnist is not installed (apt-get install dataset-fashion-mnist)";
   FashionMNIST train;
   ASSERT_EQ(train.size().value(), 60000u);
   EXPECT_TRUE(train.is_train());
@@ -139,7 +139,9 @@ TEST(FashionMNIST, LoadsBothSplitsOfTheRealDataset) {
   EXPECT_EQ(first.target.item<std::int64_t>(), 9);
   EXPECT_EQ(FashionMNIST::class_names()[9], "Ankle boot");
   EXPECT_EQ(first.data.sizes(), (std::vector<std::int64_t>{1, 28, 28}));
-  auto raw = [](const at::Tensor& image) { return image.mul(FashionMNIST::kStd).add(FashionMNIST::kMean).mul(255.0).round(); };
+  auto raw = [](const at::Tensor& image) {
+    return image.mul(FashionMNIST::kStd).add(FashionMNIST::kMean).mul(255.0).round();
+  };
   EXPECT_EQ(raw(first.data).sum().item<double>(), 76247.0);
   EXPECT_EQ(raw(first.data)[0][14][14].item<double>(), 217.0);
   auto last = train.get(59999);
@@ -163,7 +165,7 @@ TEST(FashionMNIST, LoadsBothSplitsOfTheRealDataset) {
 
 TEST(FashionMNIST, ClassNames) {
   const std::array<std::string_view, 10> expected = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-                                                     "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"};
+                                                     "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
   EXPECT_EQ(FashionMNIST::class_names(), expected);
 }
 
@@ -246,8 +248,9 @@ TEST_F(FashionMnistFiles, DataShorterThanTheHeaderSays) {
                                  "it holds only 1568");
   write_valid();
   write("train-labels-idx1-ubyte.gz", gzip_stored(idx_labels({1, 2}, 2049, /*count=*/3)));
-  EXPECT_EQ(error_loading(), "FashionMNIST: " + path("train-labels-idx1-ubyte.gz") +
-                                 ": truncated: its header announces 3 bytes of label data (3 bytes) but it holds only 2");
+  EXPECT_EQ(error_loading(),
+            "FashionMNIST: " + path("train-labels-idx1-ubyte.gz") +
+                ": truncated: its header announces 3 bytes of label data (3 bytes) but it holds only 2");
 }
 
 TEST_F(FashionMnistFiles, DataLongerThanTheHeaderSays) {
@@ -266,8 +269,8 @@ TEST_F(FashionMnistFiles, EmptyOrHeaderOnlyFiles) {
   put32(header_only, 2051);
   put32(header_only, 3);
   write("train-images-idx3-ubyte.gz", gzip_stored(header_only));
-  EXPECT_EQ(error_loading(), "FashionMNIST: " + path("train-images-idx3-ubyte.gz") +
-                                 ": truncated inside its header (dimension 1 of 3)");
+  EXPECT_EQ(error_loading(),
+            "FashionMNIST: " + path("train-images-idx3-ubyte.gz") + ": truncated inside its header (dimension 1 of 3)");
 }
 
 TEST_F(FashionMnistFiles, AbsurdCountsInTheHeader) {
@@ -401,7 +404,8 @@ TEST(SyntheticClassification, BadOptions) {
   EXPECT_EQ(error_of({.size = -1}), "SyntheticClassification: size must be non-negative, got -1");
   EXPECT_EQ(error_of({.shape = {}}), "SyntheticClassification: shape must have at least one dimension");
   EXPECT_EQ(error_of({.shape = {3, 0}}), "SyntheticClassification: every dimension of shape must be at least 1, got 0");
-  EXPECT_EQ(error_of({.shape = {1 << 16, 1 << 16}}), "SyntheticClassification: shape holds more than 2^31 values per input");
+  EXPECT_EQ(error_of({.shape = {1 << 16, 1 << 16}}),
+            "SyntheticClassification: shape holds more than 2^31 values per input");
   EXPECT_EQ(error_of({.num_classes = 1}), "SyntheticClassification: num_classes must be at least 2, got 1");
   SyntheticClassification data({.size = 4});
   try {

@@ -16,7 +16,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-
 struct Deep : torch::nn::Module {
   Deep() {
     for (int i = 0; i < 6; ++i) layers.push_back(register_module("l" + std::to_string(i), torch::nn::Linear(384, 384)));
@@ -49,7 +48,9 @@ std::vector<Span> read_timeline(const std::string& path) {
 
 TEST(Ddp, TheFirstBucketIsAllReducedWhileBackwardStillRuns) {
   const std::string trace = "/tmp/ddp-overlap-" + std::to_string(::getpid()) + "-{rank}.json";
-  run_ranks(2, [](int rank, int) {
+  run_ranks(
+      2,
+      [](int rank, int) {
     torch::set_num_threads(1);
     init_process_group("gloo", {.timeout = 60s});
     {
@@ -80,16 +81,16 @@ TEST(Ddp, TheFirstBucketIsAllReducedWhileBackwardStillRuns) {
       const Span& backward = backwards[step];
       const double launched = first_buckets[step].start;
       EXPECT_LT(launched, backward.end) << "step " << step;
-      const auto filled_after = std::count_if(fills.begin(), fills.end(), [&](const Span& f) {
-        return f.start >= launched && f.end <= backward.end;
-      });
-      EXPECT_GE(filled_after, 3) << "step " << step << ": bucket 0 launched at " << launched
-                                 << " us, only " << filled_after << " buckets filled after it before backward ended at "
-                                 << backward.end << " us";
+      const auto filled_after = std::count_if(
+          fills.begin(), fills.end(), [&](const Span& f) { return f.start >= launched && f.end <= backward.end; });
+      EXPECT_GE(filled_after, 3) << "step " << step << ": bucket 0 launched at " << launched << " us, only "
+                                 << filled_after << " buckets filled after it before backward ended at " << backward.end
+                                 << " us";
     }
     ::unlink(path.c_str());
     destroy_process_group();
-  }, {.env = {{"DDP_TIMELINE", trace}}});
+      },
+      {.env = {{"DDP_TIMELINE", trace}}});
 }
 
 TEST(Ddp, ModelsThatDifferAcrossRanksAreNamedAtConstruction) {
@@ -200,7 +201,9 @@ TEST(Ddp, WrapsModuleHoldersAndSavesTheModuleWithoutPrefix) {
 
 TEST(Ddp, LoadingStateIntoTheWrappedModuleKeepsGradientsSynchronized) {
   const std::string path = "/tmp/ddp-reload-" + std::to_string(::getpid()) + ".pt";
-  run_ranks(2, [&](int rank, int) {
+  run_ranks(
+      2,
+      [&](int rank, int) {
     init_process_group("gloo", {.timeout = 30s});
     torch::manual_seed(0);
     auto model = std::make_shared<Mlp>();
@@ -215,19 +218,26 @@ TEST(Ddp, LoadingStateIntoTheWrappedModuleKeepsGradientsSynchronized) {
     all_reduce(other, ReduceOp::MAX);
     EXPECT_TRUE(at::equal(grad, other)) << "the ranks' gradients were not averaged after Module::load";
     destroy_process_group();
-  }, {.env = {{"MODEL_PATH", path}}});
+      },
+      {.env = {{"MODEL_PATH", path}}});
   ::unlink(path.c_str());
 }
 
 TEST(Ddp, ALostRankDuringBackwardIsAnErrorFromBackward) {
-  run_ranks(2, [](int rank, int) {
+  run_ranks(
+      2,
+      [](int rank, int) {
     init_process_group("gloo", {.timeout = 30s});
     DistributedDataParallel model(std::make_shared<Deep>());
     model->forward(torch::randn({8, 384})).sum().backward();
     if (rank == 1) ::raise(SIGKILL);
-    expect_error<PeerLostError>([&] { model->forward(torch::randn({8, 384})).sum().backward(); },
-                                {"DistributedDataParallel: the gradient all-reduce of bucket", "Lost rank 1"});
-  }, {.killed = {1}});
+    expect_error<PeerLostError>(
+        [&] {
+      model->forward(torch::randn({8, 384})).sum().backward();
+        },
+        {"DistributedDataParallel: the gradient all-reduce of bucket", "Lost rank 1"});
+      },
+      {.killed = {1}});
 }
 
 }  // namespace

@@ -47,7 +47,9 @@ double run(const Scenario& s, int rank, int world, int features, Forward forward
     for (int m = 0; m < s.micro_batches; ++m) {
       auto [x, y] = batch(step * 10 + m, world * kRows, features);
       auto xs = x.narrow(0, rank * kRows, kRows), ys = y.narrow(0, rank * kRows, kRows);
-      auto loss_of = [&] { return torch::cross_entropy_loss(forward(ddp_model, xs, rank, step, m), ys) / s.micro_batches; };
+      auto loss_of = [&] {
+        return torch::cross_entropy_loss(forward(ddp_model, xs, rank, step, m), ys) / s.micro_batches;
+      };
       if (m + 1 < s.micro_batches) {
         auto guard = ddp_model->no_sync();
         loss_of().backward();
@@ -65,7 +67,8 @@ double run(const Scenario& s, int rank, int world, int features, Forward forward
       for (int m = 0; m < s.micro_batches; ++m) {
         auto [x, y] = batch(step * 10 + m, world * kRows, features);
         auto xs = x.narrow(0, shard * kRows, kRows), ys = y.narrow(0, shard * kRows, kRows);
-        total = total + torch::cross_entropy_loss(forward(reference, xs, shard, step, m), ys) / (world * s.micro_batches);
+        total =
+            total + torch::cross_entropy_loss(forward(reference, xs, shard, step, m), ys) / (world * s.micro_batches);
       }
     }
     total.backward();
@@ -82,16 +85,16 @@ void run_all(int rank, int world) {
   auto check = [&](double diff, const Scenario& s) {
     EXPECT_LE(diff, s.tolerance) << s.name << " on " << world << " ranks";
   };
-  for (const Scenario& s : {Scenario{"MLP"}, Scenario{"MLP, tiny buckets", {.bucket_cap_mb = 1e-6}},
-                            Scenario{"MLP, one huge bucket", {.bucket_cap_mb = 1000}},
-                            Scenario{"MLP, gradient_as_bucket_view", {.gradient_as_bucket_view = true}},
-                            Scenario{"MLP, no_sync over 4 micro-batches", {}, 4},
-                            Scenario{"MLP, no_sync, bucket views", {.bucket_cap_mb = 1e-6, .gradient_as_bucket_view = true}, 4},
-                            Scenario{"MLP, fp16 hook", {}, 1, comm_hooks::fp16_compress(), 5e-3},
-                            Scenario{"MLP, bf16 hook", {}, 1, comm_hooks::bf16_compress(), 3e-2},
-                            Scenario{"MLP, gradients set to none", {}, 1, {}, 1e-5, true},
-                            Scenario{"MLP, bucket views, gradients set to none", {.gradient_as_bucket_view = true}, 2, {},
-                                     1e-5, true}}) {
+  for (const Scenario& s :
+       {Scenario{"MLP"}, Scenario{"MLP, tiny buckets", {.bucket_cap_mb = 1e-6}},
+        Scenario{"MLP, one huge bucket", {.bucket_cap_mb = 1000}},
+        Scenario{"MLP, gradient_as_bucket_view", {.gradient_as_bucket_view = true}},
+        Scenario{"MLP, no_sync over 4 micro-batches", {}, 4},
+        Scenario{"MLP, no_sync, bucket views", {.bucket_cap_mb = 1e-6, .gradient_as_bucket_view = true}, 4},
+        Scenario{"MLP, fp16 hook", {}, 1, comm_hooks::fp16_compress(), 5e-3},
+        Scenario{"MLP, bf16 hook", {}, 1, comm_hooks::bf16_compress(), 3e-2},
+        Scenario{"MLP, gradients set to none", {}, 1, {}, 1e-5, true},
+        Scenario{"MLP, bucket views, gradients set to none", {.gradient_as_bucket_view = true}, 2, {}, 1e-5, true}}) {
     check(run<Mlp>(s, rank, world, 20, plain), s);
   }
   Scenario bn{"CNN with BatchNorm"};
@@ -99,7 +102,9 @@ void run_all(int rank, int world) {
   Scenario tied{"tied parameters", {.bucket_cap_mb = 1e-6}};
   check(run<Tied>(tied, rank, world, 20, plain), tied);
   // A branch unused in some steps, differently on each rank.
-  auto branchy = [](auto& m, const at::Tensor& x, int shard, int step, int) { return m->forward(x, (shard + step) % 3 == 0); };
+  auto branchy = [](auto& m, const at::Tensor& x, int shard, int step, int) {
+    return m->forward(x, (shard + step) % 3 == 0);
+  };
   Scenario unused{"unused branch", {.bucket_cap_mb = 1e-6, .find_unused_parameters = true}};
   check(run<Branchy>(unused, rank, world, 20, branchy), unused);
   Scenario unused_views{"unused branch, views", {.find_unused_parameters = true, .gradient_as_bucket_view = true}};
@@ -109,16 +114,12 @@ void run_all(int rank, int world) {
 
 class DdpEquivalence : public ::testing::TestWithParam<int> {};
 
-TEST_P(DdpEquivalence, MatchesOneProcessOnTheWholeBatch) {
-  run_ranks(GetParam(), run_all, {.deadline = 280s});
-}
+TEST_P(DdpEquivalence, MatchesOneProcessOnTheWholeBatch) { run_ranks(GetParam(), run_all, {.deadline = 280s}); }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, DdpEquivalence, ::testing::Values(2, 3, 4),
                          [](const auto& info) { return "world" + std::to_string(info.param); });
 
-TEST(DdpEquivalenceAlone, AGroupOfOneTrainsLikeNoDdp) {
-  run_all(0, 1);
-}
+TEST(DdpEquivalenceAlone, AGroupOfOneTrainsLikeNoDdp) { run_all(0, 1); }
 
 struct Weights : torch::nn::Module {
   Weights() { w = register_parameter("w", torch::zeros({4099})); }

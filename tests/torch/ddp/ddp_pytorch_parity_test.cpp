@@ -61,14 +61,19 @@ TEST_P(DdpPytorchParity, ParametersAndGradientsMatchPyTorchsDdpBitForBit) {
   bool exact = true;
   if (!is_rank_process()) {
     std::vector<std::string> command = {std::get<0>(GetParam()).path,
-                                        std::string(DDP_SOURCE_DIR) + "/tests/torch/ddp/pytorch_ddp_peer.py", "--world",
-                                        "2", "--out", theirs_path};
+                                        std::string(DDP_SOURCE_DIR) + "/tests/torch/ddp/pytorch_ddp_peer.py",
+                                        "--world",
+                                        "2",
+                                        "--out",
+                                        theirs_path};
     if (parity().bucket_view) command.push_back("--bucket-view");
     const auto peer = run_command(command, {}, 180s);
     ASSERT_TRUE(peer.ok()) << peer.output;
     exact = runs_linked_kernels(peer.output);
   }
-  run_ranks(2, [](int rank, int) {
+  run_ranks(
+      2,
+      [](int rank, int) {
     torch::set_num_threads(1);
     init_process_group("gloo", {.timeout = 60s});
     auto net = model();
@@ -89,7 +94,8 @@ TEST_P(DdpPytorchParity, ParametersAndGradientsMatchPyTorchsDdpBitForBit) {
     auto all = torch::cat(parts).contiguous();
     std::ofstream(std::getenv("PARITY_OUT"), std::ios::binary)
         .write(static_cast<const char*>(all.data_ptr()), static_cast<std::streamsize>(all.nbytes()));
-  }, {.env = {{"DDP_SHM", parity().shm}, {"PARITY_OUT", ours_path}}});
+      },
+      {.env = {{"DDP_SHM", parity().shm}, {"PARITY_OUT", ours_path}}});
   if (is_rank_process()) return;
   const auto theirs = read_all(theirs_path), ours = read_all(ours_path);
   ::unlink(theirs_path.c_str());
@@ -125,10 +131,10 @@ INSTANTIATE_TEST_SUITE_P(Backends, DdpPytorchParity,
                                             ::testing::Values(ParityCase{"1", false}, ParityCase{"0", false},
                                                               ParityCase{"1", true}, ParityCase{"0", true})),
                          [](const auto& info) {
-                           const ParityCase& parity = std::get<1>(info.param);
-                           return std::string(std::string(parity.shm) == "1" ? "SharedMemory" : "PlainGloo") +
-                                  (parity.bucket_view ? "BucketView" : "") + "_" + std::get<0>(info.param).name;
-                         });
+  const ParityCase& parity = std::get<1>(info.param);
+  return std::string(std::string(parity.shm) == "1" ? "SharedMemory" : "PlainGloo") +
+         (parity.bucket_view ? "BucketView" : "") + "_" + std::get<0>(info.param).name;
+});
 
 }  // namespace
 }  // namespace ddp::test

@@ -21,9 +21,7 @@ struct ConvBn : torch::nn::Module {
     bn = register_module("bn", torch::nn::BatchNorm2d(4));
     fc = register_module("fc", torch::nn::Linear(4 * 6 * 6, 4));
   }
-  at::Tensor forward(const at::Tensor& x) {
-    return fc(torch::relu(bn(conv(x.view({-1, 1, 8, 8})))).flatten(1));
-  }
+  at::Tensor forward(const at::Tensor& x) { return fc(torch::relu(bn(conv(x.view({-1, 1, 8, 8})))).flatten(1)); }
   torch::nn::Conv2d conv{nullptr};
   torch::nn::BatchNorm2d bn{nullptr};
   torch::nn::Linear fc{nullptr};

@@ -20,8 +20,8 @@ void check(std::int64_t n, std::int64_t m, std::int64_t r, bool with_error, std:
   }
   for (std::int64_t i = 0; i < n * m; ++i) matrix[i] = static_cast<T>(0.01 * i - 3);
   const std::vector<T> before = matrix;
-  detail::decompress_rows(p.data(), qt.data(), matrix.data(), with_error ? error.data() : nullptr, row.data(), from,
-                          to, m, r);
+  detail::decompress_rows(p.data(), qt.data(), matrix.data(), with_error ? error.data() : nullptr, row.data(), from, to,
+                          m, r);
   const double tolerance = sizeof(T) == 4 ? 1e-5 : 1e-12;
   for (std::int64_t i = 0; i < n; ++i) {
     for (std::int64_t j = 0; j < m; ++j) {
@@ -35,7 +35,8 @@ void check(std::int64_t n, std::int64_t m, std::int64_t r, bool with_error, std:
       for (std::int64_t k = 0; k < r; ++k) pq += static_cast<double>(p[i * r + k]) * q[j * r + k];
       ASSERT_NEAR(matrix[at], pq, tolerance * std::max(1.0, std::abs(pq))) << "(" << i << ", " << j << ")";
       if (with_error) {
-        ASSERT_NEAR(error[at], before[at] - pq, tolerance * std::max(1.0, std::abs(static_cast<double>(before[at])))) << i << ", " << j;
+        ASSERT_NEAR(error[at], before[at] - pq, tolerance * std::max(1.0, std::abs(static_cast<double>(before[at]))))
+            << i << ", " << j;
       } else {
         ASSERT_EQ(error[at], T(-7)) << "no error asked for";
       }

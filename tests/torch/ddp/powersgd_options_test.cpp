@@ -33,9 +33,14 @@ TEST(PowerSgdOptions, BadOptionsAreRefusedWithTheReason) {
 }
 
 TEST(PowerSgdOptions, SavedStateRoundTripsAndBadArchivesAreNamed) {
-  PowerSGDState saved({.matrix_approximation_rank = 4, .start_powerSGD_iter = 7, .min_compression_rate = 1.5,
-                       .use_error_feedback = false, .warm_start = true, .orthogonalization_epsilon = 1e-6,
-                       .random_seed = 4000000000u, .batch_tensors_with_same_shape = true});
+  PowerSGDState saved({.matrix_approximation_rank = 4,
+                       .start_powerSGD_iter = 7,
+                       .min_compression_rate = 1.5,
+                       .use_error_feedback = false,
+                       .warm_start = true,
+                       .orthogonalization_epsilon = 1e-6,
+                       .random_seed = 4000000000u,
+                       .batch_tensors_with_same_shape = true});
   torch::serialize::OutputArchive out;
   saved.save(out);
   auto in = reopened(out);

@@ -27,23 +27,47 @@ namespace {
 using namespace std::chrono_literals;
 using comm_hooks::PowerSGDOptions;
 
-const std::vector<std::vector<std::vector<std::int64_t>>> kBuckets = {
-    {{16, 12}, {16}, {3, 4}, {16, 12}, {8, 2, 3, 3}}, {{10, 20}, {10}}};
+const std::vector<std::vector<std::vector<std::int64_t>>> kBuckets = {{{16, 12}, {16}, {3, 4}, {16, 12}, {8, 2, 3, 3}},
+                                                                      {{10, 20}, {10}}};
 
 // powersgd_peer.py's CONFIGS.
 const std::vector<std::pair<int, PowerSGDOptions>> kConfigs = {
-    {5, {.matrix_approximation_rank = 1, .start_powerSGD_iter = 2, .min_compression_rate = 2,
-         .use_error_feedback = true, .warm_start = true, .orthogonalization_epsilon = 0, .random_seed = 0,
-         .batch_tensors_with_same_shape = false}},
-    {4, {.matrix_approximation_rank = 3, .start_powerSGD_iter = 2, .min_compression_rate = 1,
-         .use_error_feedback = true, .warm_start = false, .orthogonalization_epsilon = 1e-8, .random_seed = 12345,
-         .batch_tensors_with_same_shape = true}},
-    {3, {.matrix_approximation_rank = 2, .start_powerSGD_iter = 0, .min_compression_rate = 1.5,
-         .use_error_feedback = false, .warm_start = false, .orthogonalization_epsilon = 0, .random_seed = 7,
-         .batch_tensors_with_same_shape = false}},
-    {4, {.matrix_approximation_rank = 2, .start_powerSGD_iter = 2, .min_compression_rate = 1,
-         .use_error_feedback = true, .warm_start = true, .orthogonalization_epsilon = 0, .random_seed = 99,
-         .batch_tensors_with_same_shape = true}},
+    {5,
+     {.matrix_approximation_rank = 1,
+      .start_powerSGD_iter = 2,
+      .min_compression_rate = 2,
+      .use_error_feedback = true,
+      .warm_start = true,
+      .orthogonalization_epsilon = 0,
+      .random_seed = 0,
+      .batch_tensors_with_same_shape = false}},
+    {4,
+     {.matrix_approximation_rank = 3,
+      .start_powerSGD_iter = 2,
+      .min_compression_rate = 1,
+      .use_error_feedback = true,
+      .warm_start = false,
+      .orthogonalization_epsilon = 1e-8,
+      .random_seed = 12345,
+      .batch_tensors_with_same_shape = true}},
+    {3,
+     {.matrix_approximation_rank = 2,
+      .start_powerSGD_iter = 0,
+      .min_compression_rate = 1.5,
+      .use_error_feedback = false,
+      .warm_start = false,
+      .orthogonalization_epsilon = 0,
+      .random_seed = 7,
+      .batch_tensors_with_same_shape = false}},
+    {4,
+     {.matrix_approximation_rank = 2,
+      .start_powerSGD_iter = 2,
+      .min_compression_rate = 1,
+      .use_error_feedback = true,
+      .warm_start = true,
+      .orthogonalization_epsilon = 0,
+      .random_seed = 99,
+      .batch_tensors_with_same_shape = true}},
 };
 
 // powersgd_peer.py's values().
@@ -64,7 +88,9 @@ TEST_P(PowerSgdPytorch, HookMatchesPyTorchsPowerSgdHook) {
         180s);
     ASSERT_TRUE(peer.ok()) << peer.output;
   }
-  run_ranks(2, [](int rank, int) {
+  run_ranks(
+      2,
+      [](int rank, int) {
     torch::set_num_threads(1);
     init_process_group("gloo", {.timeout = 60s});
     auto group = get_default_group();
@@ -88,15 +114,16 @@ TEST_P(PowerSgdPytorch, HookMatchesPyTorchsPowerSgdHook) {
         for (auto& bucket : buckets) futures.push_back(hook(bucket));
         for (auto& future : futures) results.push_back(future->wait().clone());
       }
-      results.push_back(torch::tensor({static_cast<float>(state->iter()),
-                                       static_cast<float>(state->numel_before_compression()),
-                                       static_cast<float>(state->numel_after_compression())}));
+      results.push_back(
+          torch::tensor({static_cast<float>(state->iter()), static_cast<float>(state->numel_before_compression()),
+                         static_cast<float>(state->numel_after_compression())}));
     }
     if (rank != 0) return;
     auto all = torch::cat(results).contiguous();
     std::ofstream(std::getenv("POWERSGD_OUT"), std::ios::binary)
         .write(static_cast<const char*>(all.data_ptr()), static_cast<std::streamsize>(all.nbytes()));
-  }, {.env = {{"POWERSGD_OUT", ours_path}}});
+      },
+      {.env = {{"POWERSGD_OUT", ours_path}}});
   if (is_rank_process()) return;
   const auto theirs = read_floats(theirs_path), ours = read_floats(ours_path);
   ::unlink(theirs_path.c_str());

@@ -34,9 +34,9 @@ struct Problem {
   }
 };
 
-constexpr int kBatch = 32;       // per rank
+constexpr int kBatch = 32;  // per rank
 constexpr int kTrain = 1536;
-constexpr int kEpochs = 10;      // 24 steps each
+constexpr int kEpochs = 10;  // 24 steps each
 
 struct Outcome {
   double accuracy, loss;
@@ -66,23 +66,27 @@ Outcome train(const Problem& problem, int rank, CommHook hook) {
 }
 
 TEST(PowerSgdTraining, WithErrorFeedbackReachesPlainAllReducesAccuracy) {
-  run_ranks(2, [](int rank, int) {
+  run_ranks(
+      2,
+      [](int rank, int) {
     torch::set_num_threads(1);
     init_process_group("gloo", {.timeout = 60s});
     Problem problem;
     const Outcome plain = train(problem, rank, nullptr);
-    auto state = std::make_shared<PowerSGDState>(PowerSGDOptions{.matrix_approximation_rank = 1, .start_powerSGD_iter = 10});
+    auto state =
+        std::make_shared<PowerSGDState>(PowerSGDOptions{.matrix_approximation_rank = 1, .start_powerSGD_iter = 10});
     const Outcome compressed = train(problem, rank, comm_hooks::powersgd(state));
     std::cout << "rank " << rank << ": plain all-reduce accuracy " << plain.accuracy << " loss " << plain.loss
-              << "; PowerSGD rank 1 accuracy " << compressed.accuracy << " loss " << compressed.loss
-              << " (compression " << state->compression_rate() << "x)\n";
+              << "; PowerSGD rank 1 accuracy " << compressed.accuracy << " loss " << compressed.loss << " (compression "
+              << state->compression_rate() << "x)\n";
     EXPECT_EQ(state->iter(), kEpochs * kTrain / (2 * kBatch));
     EXPECT_GT(state->compression_rate(), 5.0);  // it did compress: (20+32, 32+16, 16+4) x 1 of 1088 values
     EXPECT_GT(plain.accuracy, 0.85);            // the problem is learned at all
     // The tolerance: PowerSGD at rank 1 with error feedback within 3 points of plain all-reduce.
     EXPECT_GE(compressed.accuracy, plain.accuracy - 0.03);
     EXPECT_LE(compressed.loss, plain.loss * 2 + 0.02);  // and its held-out loss within 2x
-  }, {.deadline = 120s});
+      },
+      {.deadline = 120s});
 }
 
 // Steps [from, to) of the MLP's training on random data (each step's batch from its own seed).

@@ -96,9 +96,9 @@ TEST(StaticGraph, WithoutItAGradientArrivingTwiceIsAnErrorNamingTheParameter) {
     net->unregister_module("unused");
     DistributedDataParallel model(net);
     auto [x, y] = batch(rank, 8);
-    expect_error<Error>([&] { loss_of(model->forward(x), y).backward(); },
-                        {"parameter 'shared.", "received its gradient twice in one backward pass",
-                         "{.static_graph = true}"});
+    expect_error<Error>(
+        [&] { loss_of(model->forward(x), y).backward(); },
+        {"parameter 'shared.", "received its gradient twice in one backward pass", "{.static_graph = true}"});
     destroy_process_group();
   });
 }

@@ -31,9 +31,10 @@ TEST(StragglerReport, NamesTheSlowestRankHowMuchSlowerAndThePartItLosesIn) {
   EXPECT_NEAR(report.ratio, 1.2 / 0.7, 1e-9);
   EXPECT_EQ(report.part, "outside DDP");
   EXPECT_NEAR(report.part_share, 0.5, 1e-9);
-  EXPECT_EQ(report.text,
-            "rank 3 (host h1) is the straggler: its step takes 1.71x the other ranks' median (120.0 ms without waiting, over "
-            "10 steps), 50% of it outside DDP (data loading, the optimizer?)");
+  EXPECT_EQ(
+      report.text,
+      "rank 3 (host h1) is the straggler: its step takes 1.71x the other ranks' median (120.0 ms without waiting, over "
+      "10 steps), 50% of it outside DDP (data loading, the optimizer?)");
 }
 
 TEST(StragglerReport, ASlowBackwardIsNamedAsSuchAndEvenRanksHaveNoStraggler) {
@@ -62,42 +63,42 @@ TEST(StragglerReport, DdpFindsTheRankThatSleepsInItsDataLoading) {
   run_ranks(
       2,
       [](int rank, int) {
-        torch::set_num_threads(1);
-        init_process_group("gloo", {.timeout = 60s});
-        {
-          DistributedDataParallel model(std::make_shared<Mlp>());
-          torch::optim::SGD optimizer(model->parameters(), 0.01);
-          auto step = [&] {
-            if (rank == 1) std::this_thread::sleep_for(30ms);  // a slow data loader
-            optimizer.zero_grad();
-            model->forward(torch::randn({8, 20})).pow(2).mean().backward();
-            optimizer.step();
-          };
-          step();
-          model->straggler_report();  // the first step (bucket rebuild, warm-up) is not what is compared
-          for (int i = 0; i < 6; ++i) step();
-          const StragglerReport report = model->straggler_report();
-          EXPECT_EQ(report.steps, 6);
-          EXPECT_EQ(report.straggler, 1) << report.text;
-          EXPECT_EQ(report.part, "outside DDP") << report.text;
-          EXPECT_GT(report.ratio, 5) << report.text;
-          EXPECT_GT(report.ranks[0].bucket_wait, 6 * 0.02) << "rank 0 waits for rank 1 in the all-reduce";
-          EXPECT_EQ(report.text.rfind("rank 1 (host ", 0), 0) << report.text;
-          // Every rank gets the same report; rank 0 leaves it for the launcher.
-          auto all = torch::tensor(report.ratio, torch::kFloat64);
-          auto max = all.clone(), min = all.clone();
-          all_reduce(max, ReduceOp::MAX);
-          all_reduce(min, ReduceOp::MIN);
-          EXPECT_EQ(max.item<double>(), min.item<double>());
-          if (rank == 0) {
-            std::ifstream in(std::getenv("DDP_STRAGGLER_REPORT"));  // the parent's path (a rank has its own pid)
-            std::stringstream text;
-            text << in.rdbuf();
-            EXPECT_EQ(text.str(), report.text + "\n");
-          }
-          EXPECT_EQ(model->straggler_report().steps, 0) << "a report covers the steps since the previous one";
-        }
-        destroy_process_group();
+    torch::set_num_threads(1);
+    init_process_group("gloo", {.timeout = 60s});
+    {
+      DistributedDataParallel model(std::make_shared<Mlp>());
+      torch::optim::SGD optimizer(model->parameters(), 0.01);
+      auto step = [&] {
+        if (rank == 1) std::this_thread::sleep_for(30ms);  // a slow data loader
+        optimizer.zero_grad();
+        model->forward(torch::randn({8, 20})).pow(2).mean().backward();
+        optimizer.step();
+      };
+      step();
+      model->straggler_report();  // the first step (bucket rebuild, warm-up) is not what is compared
+      for (int i = 0; i < 6; ++i) step();
+      const StragglerReport report = model->straggler_report();
+      EXPECT_EQ(report.steps, 6);
+      EXPECT_EQ(report.straggler, 1) << report.text;
+      EXPECT_EQ(report.part, "outside DDP") << report.text;
+      EXPECT_GT(report.ratio, 5) << report.text;
+      EXPECT_GT(report.ranks[0].bucket_wait, 6 * 0.02) << "rank 0 waits for rank 1 in the all-reduce";
+      EXPECT_EQ(report.text.rfind("rank 1 (host ", 0), 0) << report.text;
+      // Every rank gets the same report; rank 0 leaves it for the launcher.
+      auto all = torch::tensor(report.ratio, torch::kFloat64);
+      auto max = all.clone(), min = all.clone();
+      all_reduce(max, ReduceOp::MAX);
+      all_reduce(min, ReduceOp::MIN);
+      EXPECT_EQ(max.item<double>(), min.item<double>());
+      if (rank == 0) {
+        std::ifstream in(std::getenv("DDP_STRAGGLER_REPORT"));  // the parent's path (a rank has its own pid)
+        std::stringstream text;
+        text << in.rdbuf();
+        EXPECT_EQ(text.str(), report.text + "\n");
+      }
+      EXPECT_EQ(model->straggler_report().steps, 0) << "a report covers the steps since the previous one";
+    }
+    destroy_process_group();
       },
       {.env = {{"DDP_STRAGGLER_REPORT", record}}});
   ::unlink(record.c_str());

@@ -26,7 +26,9 @@ bool ends_with_library(const std::string& path, const std::string& stem) {
 }
 
 // What LibTorch's own calls to Gloo bind to: the process's global lookup of Gloo's symbol.
-const void* global_create_device() { return ::dlsym(RTLD_DEFAULT, "_ZN4gloo9transport3tcp12CreateDeviceERKNS1_4attrE"); }
+const void* global_create_device() {
+  return ::dlsym(RTLD_DEFAULT, "_ZN4gloo9transport3tcp12CreateDeviceERKNS1_4attrE");
+}
 
 TEST(GlooBesideTorch, DdpReachesItsGloo) { EXPECT_NO_THROW(detail::check_gloo_binding()); }
 
@@ -51,7 +53,9 @@ TEST(GlooBesideTorch, LibTorchsGlooCallsBindToTheGlooLibTorchLinks) {
 TEST(GlooBesideTorch, LibTorchsGlooDeviceOpensBetweenDdpCollectives) {
   test::RunOptions options;
   options.env = {{"DDP_SHM", "0"}};
-  test::run_ranks(2, [](int rank, int) {
+  test::run_ranks(
+      2,
+      [](int rank, int) {
     init_process_group("gloo");
     std::vector<float> x{float(rank + 1)};
     get_default_group()->all_reduce(buffer_of(x.data(), x.size()))->wait();
@@ -60,8 +64,10 @@ TEST(GlooBesideTorch, LibTorchsGlooDeviceOpensBetweenDdpCollectives) {
     // result is a std::shared_ptr<gloo::transport::Device>, whose layout is any shared_ptr's.
     using Create2 = std::shared_ptr<void> (*)(const std::string&, bool);
     using Create1 = std::shared_ptr<void> (*)(const std::string&);
-    const char* with_lazy = "_ZN4c10d16ProcessGroupGloo24createDeviceForInterfaceERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEEb";
-    const char* without = "_ZN4c10d16ProcessGroupGloo24createDeviceForInterfaceERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE";
+    const char* with_lazy =
+        "_ZN4c10d16ProcessGroupGloo24createDeviceForInterfaceERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEEb";
+    const char* without =
+        "_ZN4c10d16ProcessGroupGloo24createDeviceForInterfaceERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE";
     std::shared_ptr<void> device;
     if (void* f = ::dlsym(RTLD_DEFAULT, with_lazy)) {
       device = reinterpret_cast<Create2>(f)("lo", false);
@@ -75,7 +81,8 @@ TEST(GlooBesideTorch, LibTorchsGlooDeviceOpensBetweenDdpCollectives) {
     get_default_group()->all_reduce(buffer_of(x.data(), x.size()))->wait();
     EXPECT_EQ(x[0], 6.0f);
     destroy_process_group();
-  }, options);
+      },
+      options);
 }
 
 }  // namespace

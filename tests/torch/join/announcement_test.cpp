@@ -37,8 +37,11 @@ TEST(Announcement, OnlyRanksThatJoinedMeanEveryoneHasJoined) {
 
 TEST(Announcement, ASumThatNoContributionsMakeIsAnErrorSayingTheRanksDisagree) {
   // Ranks outside the join answered with another collective of the same size.
-  expect_error<Error>([] { decode_announcement({2, 0, 1, 1}, 2); },
-                      {"announcement makes no sense", "rank 0's slot holds 2", "same joinables"});
+  expect_error<Error>(
+      [] {
+    decode_announcement({2, 0, 1, 1}, 2);
+      },
+      {"announcement makes no sense", "rank 0's slot holds 2", "same joinables"});
   expect_error<Error>([] { decode_announcement({1, 1, 1, 2}, 2); }, {"1 of the 2 training ranks say they broadcast"});
   expect_error<Error>([] { decode_announcement({1, 1, 0}, 2); }, {"3 values for a group of 2"});
 }

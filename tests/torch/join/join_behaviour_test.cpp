@@ -50,9 +50,12 @@ TEST(Join, ThrowOnEarlyTerminationThrowsOnEveryRankNamingTheRankThatRanOut) {
     DistributedDataParallel model(std::make_shared<Mlp>());
     torch::optim::SGD optimizer(model->parameters(), 0.1);
     int done = 0;
-    expect_error<Error>([&] { join({&model}, [&] { train(model, optimizer, rank, rank == 1 ? 1 : 3, &done); },
-                                   {.throw_on_early_termination = true}); },
-                        {"rank 1 has run out of inputs while ranks 0, 2 still train", "every rank throws"});
+    expect_error<Error>(
+        [&] {
+      join({&model}, [&] { train(model, optimizer, rank, rank == 1 ? 1 : 3, &done); },
+           {.throw_on_early_termination = true});
+        },
+        {"rank 1 has run out of inputs while ranks 0, 2 still train", "every rank throws"});
     EXPECT_EQ(done, 1) << "every rank stops at the iteration after rank 1's last";
     // The group and the model go on working.
     join({&model}, [&] { train(model, optimizer, rank, 2); }, {.throw_on_early_termination = true});
@@ -137,7 +140,9 @@ TEST(Join, CompressedHooksNoSyncAndStaticGraphAreShadowed) {
 TEST(Join, WithoutOneUnevenInputsAreACollectiveMismatchNamingWhatTheRankThatStoppedDoes) {
   // What ddp::join is for: rank 0 runs out after one batch and goes on to the end-of-epoch
   // barrier while rank 1 waits in its next gradient all-reduce.
-  run_ranks(2, [](int rank, int) {
+  run_ranks(
+      2,
+      [](int rank, int) {
     init_process_group("gloo", {.timeout = 3s});
     torch::manual_seed(0);
     DistributedDataParallel model(std::make_shared<Mlp>());
@@ -149,14 +154,17 @@ TEST(Join, WithoutOneUnevenInputsAreACollectiveMismatchNamingWhatTheRankThatStop
       expect_error<Error>([&] { train(model, optimizer, rank, 2); },
                           {"the gradient all-reduce of bucket 0 failed", "rank 0 called barrier"});
     }
-  }, {.env = {{"DDP_DEBUG", "1"}}});
+      },
+      {.env = {{"DDP_DEBUG", "1"}}});
 }
 
 TEST(Join, ARankThatLeavesTheJoinWhileOthersTrainWithoutOneIsAMismatchNamedOnBothRanks) {
   // Rank 0 trains inside a join, rank 1 outside one with more batches: rank 0's shadow answers
   // rank 1's gradient all-reduce with an announcement. Both fail, saying that the ranks called
   // different collectives.
-  run_ranks(2, [](int rank, int) {
+  run_ranks(
+      2,
+      [](int rank, int) {
     init_process_group("gloo", {.timeout = 3s});
     torch::manual_seed(0);
     DistributedDataParallel model(std::make_shared<Mlp>());
@@ -167,7 +175,8 @@ TEST(Join, ARankThatLeavesTheJoinWhileOthersTrainWithoutOneIsAMismatchNamedOnBot
     } else {
       expect_error<Error>([&] { train(model, optimizer, rank, 3); }, {"ranks called different collectives"});
     }
-  }, {.env = {{"DDP_DEBUG", "1"}}});
+      },
+      {.env = {{"DDP_DEBUG", "1"}}});
 }
 
 TEST(Join, WithoutOneOrDdpDebugUnevenInputsAreStillAMismatchNamedOnOneHost) {
@@ -192,7 +201,8 @@ TEST(Join, WithoutOneOrDdpDebugUnevenInputsAreStillAMismatchNamedOnOneHost) {
     } catch (const Error& e) {
       const std::string message = e.what();
       if (message.find("the ranks called different collectives") != std::string::npos) {
-        EXPECT_NE(message.find(rank == 0 ? "called barrier where rank 1" : "called barrier"), std::string::npos) << message;
+        EXPECT_NE(message.find(rank == 0 ? "called barrier where rank 1" : "called barrier"), std::string::npos)
+            << message;
         std::fprintf(stderr, "MISMATCH SEEN\n");
       } else {
         EXPECT_NE(message.find("gave up on the group"), std::string::npos) << message;

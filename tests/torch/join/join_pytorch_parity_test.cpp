@@ -32,12 +32,9 @@ struct Config {
 
 // As pytorch_join_peer.py's CONFIGS, in the same order (the index seeds the data).
 const std::vector<Config> kConfigs = {
-    {"w2_initial", 2, {4, 2}, true, false},
-    {"w2_training", 2, {4, 2}, false, false},
-    {"w2_none_initial", 2, {0, 3}, true, false},
-    {"w3_initial", 3, {3, 0, 5}, true, false},
-    {"w3_training", 3, {3, 0, 5}, false, false},
-    {"w3_unused_training", 3, {2, 5, 1}, false, true},
+    {"w2_initial", 2, {4, 2}, true, false},      {"w2_training", 2, {4, 2}, false, false},
+    {"w2_none_initial", 2, {0, 3}, true, false}, {"w3_initial", 3, {3, 0, 5}, true, false},
+    {"w3_training", 3, {3, 0, 5}, false, false}, {"w3_unused_training", 3, {2, 5, 1}, false, true},
 };
 
 struct Net : torch::nn::Module {
@@ -86,7 +83,9 @@ TEST_P(JoinPytorchParity, UnevenInputsEndWithPyTorchsModelAt2And3Ranks) {
     const auto peer = run_command({GetParam().path, script, "--out", dir + "/pytorch"}, {}, 240s);
     ASSERT_TRUE(peer.ok()) << peer.output;
   }
-  run_ranks(3, [](int rank, int) {
+  run_ranks(
+      3,
+      [](int rank, int) {
     const std::string dir = std::getenv("JOIN_PARITY_DIR");  // the parent's (its pid names it)
     torch::set_num_threads(1);
     init_process_group("gloo", {.timeout = 60s});
@@ -95,10 +94,12 @@ TEST_P(JoinPytorchParity, UnevenInputsEndWithPyTorchsModelAt2And3Ranks) {
       const auto& config = kConfigs[c];
       if (config.world == 2 && rank == 2) continue;
       auto net = model(config.with_unused);
-      DistributedDataParallel ddp_model(net, {.process_group = config.world == 2 ? pair : nullptr,
-                                              .find_unused_parameters = config.with_unused});
+      DistributedDataParallel ddp_model(
+          net, {.process_group = config.world == 2 ? pair : nullptr, .find_unused_parameters = config.with_unused});
       torch::optim::SGD optimizer(ddp_model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
-      join({&ddp_model}, [&] {
+      join(
+          {&ddp_model},
+          [&] {
         for (int step = 0; step < config.batches[rank]; ++step) {
           torch::manual_seed(5000 + 100 * static_cast<int>(c) + 10 * rank + step);
           auto x = torch::randn({4 + rank, 10});
@@ -107,7 +108,8 @@ TEST_P(JoinPytorchParity, UnevenInputsEndWithPyTorchsModelAt2And3Ranks) {
           (ddp_model->forward(x) - y).pow(2).mean().backward();
           optimizer.step();
         }
-      }, {.divide_by_initial_world_size = config.divide_by_initial_world_size});
+          },
+          {.divide_by_initial_world_size = config.divide_by_initial_world_size});
       // Every rank ends with the same model (the last to join broadcast it), written by each.
       const auto state = state_of(*net);
       std::ofstream(dir + "/ddp/" + config.name + "." + std::to_string(rank) + ".bin", std::ios::binary)
@@ -115,7 +117,8 @@ TEST_P(JoinPytorchParity, UnevenInputsEndWithPyTorchsModelAt2And3Ranks) {
     }
     barrier();
     destroy_process_group();
-  }, {.env = {{"JOIN_PARITY_DIR", dir}}});
+      },
+      {.env = {{"JOIN_PARITY_DIR", dir}}});
   if (is_rank_process()) return;
   double worst = 0;
   for (const auto& config : kConfigs) {

@@ -78,7 +78,8 @@ Case parse_case(const std::string& text) {
 
 std::vector<std::string> golden_lines(const std::string& file) {
   std::ifstream in(source_path("tests/torch/sampler/golden/" + file));
-  EXPECT_TRUE(in.good()) << "missing golden file " << file << ": run /usr/bin/python3 tests/torch/sampler/make_golden.py";
+  EXPECT_TRUE(in.good()) << "missing golden file " << file
+                         << ": run /usr/bin/python3 tests/torch/sampler/make_golden.py";
   std::vector<std::string> lines;
   for (std::string line; std::getline(in, line);) {
     if (!line.empty() && line[0] != '#') lines.push_back(line);
@@ -201,9 +202,9 @@ TEST_P(DistributedSamplerLive, RandomCasesMatchInstalledPyTorch) {
   for (int i = 0; i < 200; ++i) {
     Case c;
     const int kind = i % 4;
-    c.n = kind == 0 ? static_cast<std::int64_t>(rng() % 40)
-        : kind == 3 && i % 20 == 3 ? static_cast<std::int64_t>(100000 + rng() % 200000)
-                                   : static_cast<std::int64_t>(rng() % 5000);
+    c.n = kind == 0                  ? static_cast<std::int64_t>(rng() % 40)
+          : kind == 3 && i % 20 == 3 ? static_cast<std::int64_t>(100000 + rng() % 200000)
+                                     : static_cast<std::int64_t>(rng() % 5000);
     c.replicas = 1 + static_cast<int>(rng() % 12);
     c.rank = static_cast<int>(rng() % static_cast<std::uint64_t>(c.replicas));
     c.seed = rng() >> 1;  // Python raises when seed + epoch reaches 2^64
@@ -219,8 +220,9 @@ TEST_P(DistributedSamplerLive, RandomCasesMatchInstalledPyTorch) {
     std::ofstream out(cases_path);
     for (const Case& c : cases) out << case_text(c) << "\n";
   }
-  const auto result = test::run_command(
-      {python, source_path("tests/torch/sampler/make_golden.py"), "--cases", cases_path}, {}, std::chrono::seconds(120));
+  const auto result =
+      test::run_command({python, source_path("tests/torch/sampler/make_golden.py"), "--cases", cases_path}, {},
+                        std::chrono::seconds(120));
   std::filesystem::remove_all(dir);
   ASSERT_TRUE(result.ok()) << result.output;
 
@@ -334,7 +336,8 @@ TEST(DistributedSamplerIndices, BadArgumentsSayWhatIsWrong) {
   EXPECT_EQ(message([] { distributed_indices(10, 2, 2, 0, 0); }),
             "distributed_indices: rank 2 is not less than num_replicas 2: a rank must be in [0, 1]; pass the "
             "process's rank and the world size");
-  EXPECT_EQ(message([] { distributed_indices(10, 2, -1, 0, 0); }), "distributed_indices: rank must be non-negative, got -1");
+  EXPECT_EQ(message([] { distributed_indices(10, 2, -1, 0, 0); }),
+            "distributed_indices: rank must be non-negative, got -1");
   EXPECT_EQ(message([] { distributed_indices(10, 0, 0, 0, 0); }),
             "distributed_indices: num_replicas must be at least 1, got 0: it is the number of processes sharing "
             "the dataset (by default the world size)");
@@ -343,7 +346,8 @@ TEST(DistributedSamplerIndices, BadArgumentsSayWhatIsWrong) {
             "the dataset (by default the world size)");
   EXPECT_EQ(message([] { distributed_indices(-5, 2, 0, 0, 0); }),
             "distributed_indices: dataset_size must be non-negative, got -5");
-  EXPECT_EQ(message([] { distributed_indices(10, 2, 0, 0, -1); }), "distributed_indices: epoch must be non-negative, got -1");
+  EXPECT_EQ(message([] { distributed_indices(10, 2, 0, 0, -1); }),
+            "distributed_indices: epoch must be non-negative, got -1");
 }
 
 }  // namespace

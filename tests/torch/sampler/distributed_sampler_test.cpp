@@ -92,7 +92,9 @@ TEST(DistributedSampler, DefaultsToTheProcessGroup) {
   // In a fresh process: no other test's process group, no launcher variables.
   test::RunOptions options;
   options.set_launch_env = false;
-  test::run_ranks(1, [](int, int) {
+  test::run_ranks(
+      1,
+      [](int, int) {
     ASSERT_FALSE(is_initialized());
     EXPECT_EQ(error_of([] { DistributedSampler(10); }),
               "(Error) DistributedSampler: num_replicas and rank default to the world size and rank of the default "
@@ -106,7 +108,8 @@ TEST(DistributedSampler, DefaultsToTheProcessGroup) {
     EXPECT_EQ(sampler.rank(), 0);
     EXPECT_EQ(sampler.size(), 10u);
     destroy_process_group();
-  }, options);
+      },
+      options);
 }
 
 TEST(DistributedSampler, SameOrderInEveryProcess) {
@@ -189,12 +192,15 @@ TEST(DistributedSampler, NoWarningWhenSilenced) {
   test::RunOptions options;
   options.set_launch_env = false;
   options.env = {{"DDP_LOG_LEVEL", "error"}};
-  auto results = test::run_ranks(1, [](int, int) {
+  auto results = test::run_ranks(
+      1,
+      [](int, int) {
     DistributedSampler shuffled(40, {.num_replicas = 2, .rank = 0});
     auto loader = make_loader(40, shuffled, 8);
     one_pass(*loader);
     one_pass(*loader);  // a second pass without set_epoch: the warning, were it not silenced
-  }, options);
+      },
+      options);
   if (test::is_rank_process()) return;
   ASSERT_EQ(results.size(), 1u);
   EXPECT_EQ(results[0].output.find("a second pass over epoch"), std::string::npos) << results[0].output;
@@ -508,9 +514,10 @@ TEST(DistributedSampler, WithoutEvenShardsRanksGetTheirExactShare) {
   EXPECT_EQ(rank0.size(), 3u);
   EXPECT_EQ(rank3.size(), 2u);
   EXPECT_EQ(rank3.indices(), distributed_pass_indices(10, 4, 3, 0, 0, 0, true, false, false));
-  EXPECT_EQ(error_of([] { DistributedSampler(10, {.num_replicas = 4, .rank = 0, .drop_last = true, .even_shards = false}); }),
-            "DistributedSampler: drop_last trims the shards to one length, and even_shards = false gives each rank "
-            "exactly its share: choose one");
+  EXPECT_EQ(
+      error_of([] { DistributedSampler(10, {.num_replicas = 4, .rank = 0, .drop_last = true, .even_shards = false}); }),
+      "DistributedSampler: drop_last trims the shards to one length, and even_shards = false gives each rank "
+      "exactly its share: choose one");
 }
 
 }  // namespace

@@ -27,9 +27,9 @@ const Mode kModes[] = {{false, true, "padded"}, {true, true, "drop_last"}, {fals
 // Where a pass ends, in positions of the epoch's sequence: what docs/DATA.md says about padding.
 std::int64_t pass_end(std::int64_t n, int replicas, std::int64_t start, const Mode& mode) {
   const std::int64_t rest = n - start;
-  if (!mode.even_shards) return n;                                  // no padding, nothing dropped
-  if (mode.drop_last) return start + rest / replicas * replicas;    // the last rest % R are not seen
-  return start + (rest + replicas - 1) / replicas * replicas;       // padded past n
+  if (!mode.even_shards) return n;                                // no padding, nothing dropped
+  if (mode.drop_last) return start + rest / replicas * replicas;  // the last rest % R are not seen
+  return start + (rest + replicas - 1) / replicas * replicas;     // padded past n
 }
 
 // Position -> index, from every rank's pass: each position must come from exactly one rank.
@@ -61,8 +61,8 @@ TEST(DistributedSamplerPasses, AWorldSizeChangeLosesAndRepeatsNoSample) {
         for (std::int64_t consumed = 0; consumed <= most; ++consumed) {
           for (int new_world = 1; new_world <= 8; ++new_world) {
             const std::string context = std::string(mode.name) + " n=" + std::to_string(n) + " world " +
-                                        std::to_string(old_world) + " -> " + std::to_string(new_world) +
-                                        " after " + std::to_string(consumed) + " each";
+                                        std::to_string(old_world) + " -> " + std::to_string(new_world) + " after " +
+                                        std::to_string(consumed) + " each";
             // The old ranks read `consumed` indices each (rank 0's state says how far the job got).
             std::map<std::int64_t, std::int64_t> seen;
             take_pass(seen, n, old_world, 0, mode, consumed, context);
@@ -72,8 +72,8 @@ TEST(DistributedSamplerPasses, AWorldSizeChangeLosesAndRepeatsNoSample) {
             take_pass(seen, n, new_world, start, mode, INT64_MAX, context);
             // Reading past n happens only as padding at the end: the last pass's, or the old
             // pass's when it had already reached the end.
-            const std::int64_t end = start == n && !seen.empty() ? seen.rbegin()->first + 1
-                                                                  : pass_end(n, new_world, start, mode);
+            const std::int64_t end =
+                start == n && !seen.empty() ? seen.rbegin()->first + 1 : pass_end(n, new_world, start, mode);
             ASSERT_EQ(static_cast<std::int64_t>(seen.size()), end) << context;
             std::map<std::int64_t, int> times;
             for (const auto& [position, index] : seen) {
@@ -116,15 +116,18 @@ TEST(DistributedSamplerPasses, WithoutEvenShardsEachRankGetsExactlyItsShare) {
       std::int64_t fewest = INT64_MAX, most = 0;
       for (int rank = 0; rank < world; ++rank) {
         const auto indices = distributed_pass_indices(n, world, rank, kSeed, kEpoch, 0, true, false, false);
-        EXPECT_EQ(static_cast<std::int64_t>(indices.size()), (n - rank + world - 1) / world > 0 ? (n - rank + world - 1) / world : 0);
+        EXPECT_EQ(static_cast<std::int64_t>(indices.size()),
+                  (n - rank + world - 1) / world > 0 ? (n - rank + world - 1) / world : 0);
         fewest = std::min<std::int64_t>(fewest, static_cast<std::int64_t>(indices.size()));
         most = std::max<std::int64_t>(most, static_cast<std::int64_t>(indices.size()));
         // The first ones are PyTorch's: the same positions, without the padding.
         const auto padded = distributed_indices(n, world, rank, kSeed, kEpoch);
-        EXPECT_EQ(indices, std::vector<std::int64_t>(padded.begin(), padded.begin() + static_cast<std::ptrdiff_t>(indices.size())));
+        EXPECT_EQ(indices, std::vector<std::int64_t>(padded.begin(),
+                                                     padded.begin() + static_cast<std::ptrdiff_t>(indices.size())));
         for (auto i : indices) ++times[static_cast<std::size_t>(i)];
       }
-      for (std::int64_t i = 0; i < n; ++i) EXPECT_EQ(times[static_cast<std::size_t>(i)], 1) << "n=" << n << " world " << world;
+      for (std::int64_t i = 0; i < n; ++i)
+        EXPECT_EQ(times[static_cast<std::size_t>(i)], 1) << "n=" << n << " world " << world;
       EXPECT_LE(most - fewest, 1) << "n=" << n << " world " << world;
     }
   }

@@ -11,8 +11,10 @@ using Infos = std::vector<TensorInfo>;
 using Copies = std::vector<std::pair<std::size_t, std::size_t>>;
 using Names = std::vector<std::string>;
 
-const Infos kModule = {{"conv.weight", {4, 1, 3, 3}, "float32"}, {"conv.bias", {4}, "float32"},
-                       {"bn.running_mean", {4}, "float32"}, {"bn.num_batches_tracked", {}, "int64"}};
+const Infos kModule = {{"conv.weight", {4, 1, 3, 3}, "float32"},
+                       {"conv.bias", {4}, "float32"},
+                       {"bn.running_mean", {4}, "float32"},
+                       {"bn.num_batches_tracked", {}, "int64"}};
 
 TEST(LoadPlan, MatchesByNameInTheModulesOrder) {
   const Infos file = {kModule[3], kModule[1], kModule[0], kModule[2]};
@@ -23,8 +25,10 @@ TEST(LoadPlan, MatchesByNameInTheModulesOrder) {
 }
 
 TEST(LoadPlan, ReportsMissingUnexpectedAndMismatchedKeysByName) {
-  const Infos file = {{"conv.weight", {8, 1, 3, 3}, "float32"}, {"conv.bias", {4}, "float64"},
-                      {"fc.weight", {10, 4}, "float32"}, {"bn.num_batches_tracked", {}, "int64"}};
+  const Infos file = {{"conv.weight", {8, 1, 3, 3}, "float32"},
+                      {"conv.bias", {4}, "float64"},
+                      {"fc.weight", {10, 4}, "float32"},
+                      {"bn.num_batches_tracked", {}, "int64"}};
   const auto plan = plan_load(kModule, file, "");
   EXPECT_FALSE(plan.report.ok());
   EXPECT_EQ(plan.report.missing_keys, (Names{"bn.running_mean"}));
@@ -39,7 +43,8 @@ TEST(LoadPlan, ReportsMissingUnexpectedAndMismatchedKeysByName) {
   EXPECT_NE(text.find("missing keys (in the module, not in the file): \"bn.running_mean\""), std::string::npos) << text;
   EXPECT_NE(text.find("unexpected keys (in the file, not in the module): \"fc.weight\""), std::string::npos) << text;
   EXPECT_NE(text.find("shape mismatch: \"conv.weight\" is [8, 1, 3, 3] in the file, [4, 1, 3, 3] in the module"),
-            std::string::npos) << text;
+            std::string::npos)
+      << text;
 }
 
 TEST(LoadPlan, StripsDdpsModulePrefixOnlyWhenEveryKeyHasIt) {
@@ -65,7 +70,8 @@ TEST(LoadPlan, StripsDdpsModulePrefixOnlyWhenEveryKeyHasIt) {
 }
 
 TEST(LoadPlan, APrefixSelectsAndStripsPartOfTheFile) {
-  Infos file = {{"encoder.conv.weight", {4, 1, 3, 3}, "float32"}, {"encoder.conv.bias", {4}, "float32"},
+  Infos file = {{"encoder.conv.weight", {4, 1, 3, 3}, "float32"},
+                {"encoder.conv.bias", {4}, "float32"},
                 {"decoder.conv.weight", {1, 4, 3, 3}, "float32"}};
   const Infos part = {kModule[0], kModule[1]};
   auto plan = plan_load(part, file, "encoder.");

@@ -138,32 +138,34 @@ TEST(PickleReader, RefusesCodeWithTheWayToResave) {
   // torch.save(model): the first global is the model's class.
   const auto whole_model = "\x80\x02\x63__main__\nNet\nq\x00)\x81q\x01}q\x02b."s;
   const auto error = error_of(whole_model);
-  EXPECT_NE(error.find("the pickle needs the Python object \"__main__.Net\", which is code, not data"), std::string::npos)
+  EXPECT_NE(error.find("the pickle needs the Python object \"__main__.Net\", which is code, not data"),
+            std::string::npos)
       << error;
   EXPECT_NE(error.find("torch.save(model.state_dict(), \"model.pt\")"), std::string::npos) << error;
   // The classic: os.system by REDUCE.
-  EXPECT_NE(error_of("\x80\x02\x63os\nsystem\nX\x02\x00\x00\x00lsq\x00\x85R."s)
-                .find("\"os.system\", which is code"),
+  EXPECT_NE(error_of("\x80\x02\x63os\nsystem\nX\x02\x00\x00\x00lsq\x00\x85R."s).find("\"os.system\", which is code"),
             std::string::npos);
-  EXPECT_NE(error_of("\x80\x04\x8c\x08\x62uiltins\x8c\x04\x65val\x93."s).find("\"builtins.eval\""),
-            std::string::npos);
+  EXPECT_NE(error_of("\x80\x04\x8c\x08\x62uiltins\x8c\x04\x65val\x93."s).find("\"builtins.eval\""), std::string::npos);
   // Opcodes that build arbitrary objects are refused even without a global.
   EXPECT_NE(error_of("\x80\x02(\x81."s).find("NEWOBJ (0x81)"), std::string::npos);
   EXPECT_NE(error_of("\x80\x02(io\nx\n."s).find("INST (0x69)"), std::string::npos);
   // A storage class is data only inside a persistent id.
-  EXPECT_NE(error_of("\x80\x02\x63torch\nFloatStorage\n)R."s).find("torch.FloatStorage called"),
-            std::string::npos);
+  EXPECT_NE(error_of("\x80\x02\x63torch\nFloatStorage\n)R."s).find("torch.FloatStorage called"), std::string::npos);
 }
 
 TEST(PickleReader, NamesTheFaultOfDamagedPickles) {
   EXPECT_NE(error_of("").find("truncated: the pickle ends without its STOP opcode (pickle byte 0)"), std::string::npos);
-  EXPECT_NE(error_of("\x80\x02X\x10\x00\x00\x00" "abc"s)
+  EXPECT_NE(error_of("\x80\x02X\x10\x00\x00\x00"
+                     "abc"s)
                 .find("truncated: opcode BINUNICODE (0x58) needs 16 more bytes, 3 are left (pickle byte 2)"),
             std::string::npos)
-      << error_of("\x80\x02X\x10\x00\x00\x00" "abc"s);
+      << error_of(
+             "\x80\x02X\x10\x00\x00\x00"
+             "abc"s);
   EXPECT_NE(error_of("\x80\x02\x8e\xff\xff\xff\xff\xff\xff\xff\xff"s).find("needs 18446744073709551615 more bytes"),
             std::string::npos);
-  EXPECT_NE(error_of("\x80\x02h\x05."s).find("BINGET (0x68) of memo entry 5, which was never stored"), std::string::npos);
+  EXPECT_NE(error_of("\x80\x02h\x05."s).find("BINGET (0x68) of memo entry 5, which was never stored"),
+            std::string::npos);
   EXPECT_NE(error_of("\x80\x02s.").find("nothing on the stack"), std::string::npos);
   EXPECT_NE(error_of("\x80\x02K\x01K\x02s.").find("nothing on the stack"), std::string::npos);
   EXPECT_NE(error_of("\x80\x02]K\x01K\x02s.").find("SETITEM (0x73) into a list, not a dict"), std::string::npos);
@@ -180,7 +182,10 @@ TEST(PickleReader, NamesTheFaultOfDamagedPickles) {
 // ('storage', torch.FloatStorage, key, 'cpu', numel) and _rebuild_tensor_v2 over it.
 std::string tensor_pickle(const std::string& numel_op, const std::string& offset_size_stride) {
   return "\x80\x02\x63torch._utils\n_rebuild_tensor_v2\n((X\x07\x00\x00\x00storage\x63torch\nFloatStorage\n"
-         "X\x01\x00\x00\x00" "0X\x03\x00\x00\x00" "cpu"s + numel_op + "tQ" + offset_size_stride + "\x89}tR.";
+         "X\x01\x00\x00\x00"
+         "0X\x03\x00\x00\x00"
+         "cpu"s +
+         numel_op + "tQ" + offset_size_stride + "\x89}tR.";
 }
 
 TEST(PickleReader, ChecksThatEveryTensorFitsItsStorage) {
@@ -200,11 +205,13 @@ TEST(PickleReader, ChecksThatEveryTensorFitsItsStorage) {
   EXPECT_NE(error_of(tensor_pickle("\x8a\x08\xff\xff\xff\xff\xff\xff\xff\x7f", "K\x00)"s)).find("a storage of"),
             std::string::npos);
   // Huge strides over a tiny storage overflow, they do not wrap around.
-  EXPECT_NE(error_of(tensor_pickle("K\x04", "K\x00K\x03K\x03\x86\x8a\x08\0\0\0\0\0\0\0\x40\x8a\x08\0\0\0\0\0\0\0\x40\x86"s))
-                .find("overflow"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of(tensor_pickle("K\x04", "K\x00K\x03K\x03\x86\x8a\x08\0\0\0\0\0\0\0\x40\x8a\x08\0\0\0\0\0\0\0\x40\x86"s))
+          .find("overflow"),
+      std::string::npos);
   // A persistent id where none may be, or of the wrong shape.
-  EXPECT_NE(error_of(tensor_pickle("K\x04", "K\x00)"s), PersistentIds::None).find("a persistent id (a storage) where none belongs"),
+  EXPECT_NE(error_of(tensor_pickle("K\x04", "K\x00)"s), PersistentIds::None)
+                .find("a persistent id (a storage) where none belongs"),
             std::string::npos);
   EXPECT_NE(error_of(tensor_pickle("K\x04", "K\x00)"s), PersistentIds::Legacy).find("view)"), std::string::npos);
   EXPECT_NE(error_of("\x80\x02K\x01Q.").find("not ('storage', type, key, location, size)"), std::string::npos);

@@ -133,25 +133,31 @@ TEST_P(StateDictWithPyTorch, BothWaysBitForBit) {
     EXPECT_NE(peer.output.find("ok: " + name + ": the twin's tensors equal ddp's bit for bit"), std::string::npos)
         << peer.output;
     EXPECT_NE(peer.output.find("ok: " + name + ": the twin's logits equal ddp's" + (exact ? " bit for bit" : " to ")),
-              std::string::npos) << peer.output;
+              std::string::npos)
+        << peer.output;
   }
-  EXPECT_NE(peer.output.find("ok: layouts.pt: tensors that shared storage in C++ share it in Python"), std::string::npos);
+  EXPECT_NE(peer.output.find("ok: layouts.pt: tensors that shared storage in C++ share it in Python"),
+            std::string::npos);
   // The safetensors package, where the peer has it (a sub-check, not a promise of the configuration).
   const bool has_safetensors = peer.output.find("skipped: no safetensors package") == std::string::npos;
   if (has_safetensors) {
     EXPECT_NE(peer.output.find("load_file gives the twin ddp's tensors bit for bit"), std::string::npos) << peer.output;
     EXPECT_NE(peer.output.find("ok: layouts.safetensors: safe_open's metadata"), std::string::npos) << peer.output;
   } else {
-    std::cout << GetParam().path << " has no safetensors package: ddp's files were read by pytorch_peer.py's reader "
+    std::cout << GetParam().path
+              << " has no safetensors package: ddp's files were read by pytorch_peer.py's reader "
                  "only, and no file of safetensors' own writer was read\n";
   }
 
   // Python -> C++: every way of saving gives Python's tensors, and its logits (bit for bit with the same kernels).
   const auto python_logits = read_floats(dir / "py_logits.bin");
   const auto python_state = test::file_bytes(dir / "py_state.bin");
-  const std::pair<std::string, LoadOptions> files[] = {
-      {"py_zip.pt", {}}, {"py_legacy.pt", {}}, {"py_protocol4.pt", {}}, {"py_net.safetensors", {}},
-      {"py_checkpoint.pt", {.key = "model"}}, {"py_ddp.pt", {}}};
+  const std::pair<std::string, LoadOptions> files[] = {{"py_zip.pt", {}},
+                                                       {"py_legacy.pt", {}},
+                                                       {"py_protocol4.pt", {}},
+                                                       {"py_net.safetensors", {}},
+                                                       {"py_checkpoint.pt", {.key = "model"}},
+                                                       {"py_ddp.pt", {}}};
   std::vector<std::pair<std::string, LoadOptions>> written(std::begin(files), std::end(files));
   if (has_safetensors) written.push_back({"st_net.safetensors", {}});  // safetensors.torch.save_file's
   for (const auto& [name, options] : written) {
@@ -186,7 +192,8 @@ TEST_P(StateDictWithPyTorch, BothWaysBitForBit) {
   expect_layouts(read_weights(dir / "py_layouts.pt"), "py_layouts.pt", true);
   expect_layouts(read_weights(dir / "py_layouts_legacy.pt"), "py_layouts_legacy.pt", true);
   expect_layouts(read_weights(dir / "py_layouts.safetensors"), "py_layouts.safetensors", false);
-  EXPECT_EQ(read_weights(dir / "py_net.safetensors").metadata, (std::map<std::string, std::string>{{"framework", "pytorch"}}));
+  EXPECT_EQ(read_weights(dir / "py_net.safetensors").metadata,
+            (std::map<std::string, std::string>{{"framework", "pytorch"}}));
   if (has_safetensors) {
     expect_layouts(read_weights(dir / "st_layouts.safetensors"), "st_layouts.safetensors", false, false);
     EXPECT_EQ(read_weights(dir / "st_net.safetensors").metadata,
@@ -199,7 +206,8 @@ TEST_P(StateDictWithPyTorch, BothWaysBitForBit) {
   const auto no_key = load_error(twin, dir / "py_checkpoint.pt");
   EXPECT_NE(no_key.find("the file holds a checkpoint dict (keys \"model\", \"epoch\", \"optimizer\", \"note\") whose "
                         "entry \"model\" hold"),
-            std::string::npos) << no_key;
+            std::string::npos)
+      << no_key;
   EXPECT_NE(no_key.find(".key = \"model\""), std::string::npos) << no_key;
   const auto wrong_key = load_error(twin, dir / "py_checkpoint.pt", {.key = "epoch"});
   EXPECT_NE(wrong_key.find("the file's entry \"epoch\" is an int, not a state dict"), std::string::npos) << wrong_key;
@@ -207,7 +215,8 @@ TEST_P(StateDictWithPyTorch, BothWaysBitForBit) {
   // torch.save(model): the whole pickled module is code, refused with the way out.
   const auto whole = load_error(twin, dir / "py_whole_model.pt");
   EXPECT_NE(whole.find("cannot read weights from \"" + (dir / "py_whole_model.pt") + "\""), std::string::npos) << whole;
-  EXPECT_NE(whole.find("the pickle needs the Python object \"net.Net\", which is code, not data"), std::string::npos) << whole;
+  EXPECT_NE(whole.find("the pickle needs the Python object \"net.Net\", which is code, not data"), std::string::npos)
+      << whole;
   EXPECT_NE(whole.find("torch.save(model.state_dict(), \"model.pt\")"), std::string::npos) << whole;
 
   // A legacy file cut short: in its storages, in its pickles.

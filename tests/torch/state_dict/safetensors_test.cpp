@@ -78,8 +78,10 @@ TEST(Safetensors, ReadsHeadersAsOtherWritersWriteThem) {
 TEST(Safetensors, RefusesAHeaderThatLies) {
   const std::string t = R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
   EXPECT_EQ(error_of(file(t, std::string(8, 'x'))), "no error");
-  EXPECT_NE(error_of(file(t, std::string(4, 'x'))).find("data_offsets [0, 8] lie outside the data (4 bytes after the header)"),
-            std::string::npos) << error_of(file(t, std::string(4, 'x')));
+  EXPECT_NE(error_of(file(t, std::string(4, 'x')))
+                .find("data_offsets [0, 8] lie outside the data (4 bytes after the header)"),
+            std::string::npos)
+      << error_of(file(t, std::string(4, 'x')));
   EXPECT_NE(error_of(file(R"({"t":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", std::string(8, 'x')))
                 .find("is float32 [3], 12 bytes, but its data_offsets [0, 8] hold 8"),
             std::string::npos);
@@ -87,13 +89,15 @@ TEST(Safetensors, RefusesAHeaderThatLies) {
                 .find("lie outside the data"),
             std::string::npos);
   EXPECT_NE(error_of(file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
-                          R"("b":{"dtype":"F32","shape":[1],"data_offsets":[2,6]}})", std::string(6, 'x')))
+                          R"("b":{"dtype":"F32","shape":[1],"data_offsets":[2,6]}})",
+                          std::string(6, 'x')))
                 .find("tensor \"b\" starts at data byte 2, but the tensors before it end at 4: they overlap"),
             std::string::npos);
   EXPECT_NE(error_of(file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", std::string(8, 'x')))
                 .find("starts at data byte 4, but the tensors before it end at 0: a gap"),
             std::string::npos);
-  EXPECT_NE(error_of(file(t, std::string(12, 'x'))).find("the tensors cover 8 of the 12 data bytes"), std::string::npos);
+  EXPECT_NE(error_of(file(t, std::string(12, 'x'))).find("the tensors cover 8 of the 12 data bytes"),
+            std::string::npos);
   EXPECT_NE(error_of(file(R"({"t":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,8]}})", ""))
                 .find("which is too large"),
             std::string::npos);
@@ -109,7 +113,8 @@ TEST(Safetensors, RefusesAHeaderLengthPastTheFileOrOverTheLimit) {
   std::string past = file("{}", "");
   past[0] = 100;
   EXPECT_NE(error_of(past).find("truncated: the safetensors header length is 100 bytes, but only 2 follow it"),
-            std::string::npos) << error_of(past);
+            std::string::npos)
+      << error_of(past);
   EXPECT_NE(error_of("\x02\x00\x00"s).find("truncated: 3 bytes"), std::string::npos);
 }
 

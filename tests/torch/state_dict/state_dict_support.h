@@ -23,7 +23,8 @@ inline std::string file_bytes(const std::string& path) {
 }
 
 inline void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  std::ofstream(path, std::ios::binary | std::ios::trunc)
+      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
 // n values of `dtype`, the same as pytorch_peer.py's values(n, dtype).
@@ -36,8 +37,8 @@ inline at::Tensor formula(std::int64_t n, at::ScalarType dtype) {
 }
 
 inline const std::vector<at::ScalarType>& all_dtypes() {
-  static const std::vector<at::ScalarType> types = {at::kFloat, at::kDouble, at::kHalf,  at::kBFloat16, at::kChar,
-                                                    at::kByte,  at::kShort,  at::kInt,   at::kLong,     at::kBool};
+  static const std::vector<at::ScalarType> types = {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16, at::kChar,
+                                                    at::kByte,  at::kShort,  at::kInt,  at::kLong,     at::kBool};
   return types;
 }
 
@@ -46,7 +47,8 @@ inline const std::vector<at::ScalarType>& all_dtypes() {
 // and writes the same dict.
 inline StateDict layouts() {
   StateDict d;
-  for (auto dtype : all_dtypes()) d.insert(std::string("dtype.") + c10::toString(dtype), formula(12, dtype).view({3, 4}));
+  for (auto dtype : all_dtypes())
+    d.insert(std::string("dtype.") + c10::toString(dtype), formula(12, dtype).view({3, 4}));
   const auto base = formula(12, at::kFloat).view({3, 4});
   d.insert("transposed", base.t());
   d.insert("slice", formula(20, at::kFloat).narrow(0, 5, 10));

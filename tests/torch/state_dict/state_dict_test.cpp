@@ -57,8 +57,9 @@ TEST(StateDict, HasPyTorchsNamesInPyTorchsOrder) {
   auto d = state_dict(block);
   EXPECT_FALSE(d["conv.weight"].requires_grad());
   EXPECT_EQ(d["conv.weight"].data_ptr(), block->conv->weight.data_ptr()) << "the tensors share the module's storage";
-  EXPECT_EQ(keys(state_dict(torch::nn::Sequential(torch::nn::Linear(2, 3), torch::nn::ReLU(), torch::nn::Linear(3, 1)))),
-            (std::vector<std::string>{"0.weight", "0.bias", "2.weight", "2.bias"}));
+  EXPECT_EQ(
+      keys(state_dict(torch::nn::Sequential(torch::nn::Linear(2, 3), torch::nn::ReLU(), torch::nn::Linear(3, 1)))),
+      (std::vector<std::string>{"0.weight", "0.bias", "2.weight", "2.bias"}));
 }
 
 void expect_same(const StateDict& expected, const StateDict& got, bool layout_kept) {
@@ -99,8 +100,10 @@ TEST(StateDict, EveryDtypeAndLayoutRoundTripsInBothFormats) {
   // Each entry's data starts at a multiple of 64 bytes, as in PyTorch's archives: the local
   // headers (signature, sizes at 18, name and extra lengths at 26 and 28) say where.
   const auto bytes = test::file_bytes(dir / "all.pt");
-  auto u16 = [&](std::size_t at) { return static_cast<std::size_t>(static_cast<unsigned char>(bytes[at]) |
-                                                                    static_cast<unsigned char>(bytes[at + 1]) << 8); };
+  auto u16 = [&](std::size_t at) {
+    return static_cast<std::size_t>(static_cast<unsigned char>(bytes[at]) | static_cast<unsigned char>(bytes[at + 1])
+                                                                                << 8);
+  };
   std::size_t entries = 0;
   for (std::size_t at = 0; bytes.compare(at, 4, "PK\x03\x04") == 0; ++entries) {
     const std::size_t data = at + 30 + u16(at + 26) + u16(at + 28);
@@ -142,14 +145,16 @@ TEST(StateDict, LoadsIntoAModuleOnItsDeviceAndTypeWithoutGradients) {
   auto doubles = state_dict(source);
   StateDict as_double;
   for (const auto& item : doubles) {
-    as_double.insert(item.key(), at::isFloatingType(item.value().scalar_type()) ? item.value().to(torch::kDouble) : item.value());
+    as_double.insert(item.key(),
+                     at::isFloatingType(item.value().scalar_type()) ? item.value().to(torch::kDouble) : item.value());
   }
   save_state_dict(as_double, dir / "double.pt");
   Block target;
   auto report = load_state_dict(target, dir / "double.pt");
   EXPECT_TRUE(report.ok());
   EXPECT_EQ(report.notes.size(), 10u) << report.to_string();
-  EXPECT_NE(report.to_string().find("note: \"conv.weight\": float64 in the file, converted to float32"), std::string::npos)
+  EXPECT_NE(report.to_string().find("note: \"conv.weight\": float64 in the file, converted to float32"),
+            std::string::npos)
       << report.to_string();
   EXPECT_EQ(target->conv->weight.scalar_type(), torch::kFloat);
   EXPECT_TRUE(torch::equal(target->conv->weight, as_double["conv.weight"].to(torch::kFloat)));
@@ -161,7 +166,7 @@ TEST(StateDict, AFileThatDoesNotFitIsReportedByNameAndStrictLoadsNothing) {
   auto d = state_dict(source);
   StateDict file;
   for (const auto& item : d) {
-    if (item.key() == "bn.running_var") continue;                                  // missing
+    if (item.key() == "bn.running_var") continue;                                       // missing
     if (item.key() == "heads.1.weight") file.insert(item.key(), torch::zeros({5, 4}));  // other shape
     else file.insert(item.key(), item.value() + 1);
   }
@@ -171,11 +176,16 @@ TEST(StateDict, AFileThatDoesNotFitIsReportedByNameAndStrictLoadsNothing) {
   Block target;
   const auto before = state_dict(target)["scale"].clone();
   const auto error = what_of([&] { load_state_dict(target, dir / "other.pt"); });
-  EXPECT_NE(error.find("load_state_dict: \"" + (dir / "other.pt") + "\" (PyTorch zip) does not match the module; nothing was loaded"),
-            std::string::npos) << error;
-  EXPECT_NE(error.find("missing keys (in the module, not in the file): \"bn.running_var\""), std::string::npos) << error;
-  EXPECT_NE(error.find("unexpected keys (in the file, not in the module): \"heads.2.weight\""), std::string::npos) << error;
-  EXPECT_NE(error.find("shape mismatch: \"heads.1.weight\" is [5, 4] in the file, [3, 4] in the module"), std::string::npos)
+  EXPECT_NE(error.find("load_state_dict: \"" + (dir / "other.pt") +
+                       "\" (PyTorch zip) does not match the module; nothing was loaded"),
+            std::string::npos)
+      << error;
+  EXPECT_NE(error.find("missing keys (in the module, not in the file): \"bn.running_var\""), std::string::npos)
+      << error;
+  EXPECT_NE(error.find("unexpected keys (in the file, not in the module): \"heads.2.weight\""), std::string::npos)
+      << error;
+  EXPECT_NE(error.find("shape mismatch: \"heads.1.weight\" is [5, 4] in the file, [3, 4] in the module"),
+            std::string::npos)
       << error;
   EXPECT_NE(error.find("{.strict = false}"), std::string::npos) << error;
   EXPECT_THROW(load_state_dict(target, dir / "other.pt"), MismatchError);
@@ -228,7 +238,8 @@ TEST(StateDict, DamagedAndForeignFilesAreNamedWithTheirFault) {
   // One flipped byte in a tensor's data: the CRC-32 says so.
   auto flipped = pt;
   const auto name = pt.find("archive/data/0");  // in the local header, 30 bytes after its start
-  const auto data = name + 14 + (static_cast<unsigned char>(pt[name - 2]) | static_cast<unsigned char>(pt[name - 1]) << 8);
+  const auto data =
+      name + 14 + (static_cast<unsigned char>(pt[name - 2]) | static_cast<unsigned char>(pt[name - 1]) << 8);
   flipped[data + 1] = static_cast<char>(flipped[data + 1] ^ 0x55);
   expect_fault("flipped.pt", flipped, "damaged: entry \"archive/data/0\"");
   for (const std::size_t size : {st.size() - 1, std::size_t{40}, std::size_t{12}}) {
@@ -247,7 +258,8 @@ TEST(StateDict, DamagedAndForeignFilesAreNamedWithTheirFault) {
   // A file that is not there.
   const auto missing = what_of([&] { read_weights(dir / "none.pt"); });
   EXPECT_NE(missing.find("cannot read weights from \"" + (dir / "none.pt") + "\": No such file or directory"),
-            std::string::npos) << missing;
+            std::string::npos)
+      << missing;
   // A key for a file without one.
   EXPECT_THROW(read_weights(dir / "good.safetensors", "model"), InvalidArgument);
   const auto no_key = what_of([&] { read_weights(dir / "good.pt", "model"); });
@@ -259,13 +271,15 @@ TEST(StateDict, WhatAFormatCannotHoldIsRefusedBeforeWriting) {
   TempDir dir;
   StateDict sparse;
   sparse.insert("s", torch::eye(3).to_sparse());
-  EXPECT_NE(what_of([&] { save_state_dict(sparse, dir / "s.pt"); }).find("\"s\" is not a dense tensor"), std::string::npos);
+  EXPECT_NE(what_of([&] { save_state_dict(sparse, dir / "s.pt"); }).find("\"s\" is not a dense tensor"),
+            std::string::npos);
   StateDict complex;
   complex.insert("c", torch::zeros({2}, torch::kComplexFloat));
   EXPECT_NE(what_of([&] { save_state_dict(complex, dir / "c.pt"); }).find("\"c\" is ComplexFloat"), std::string::npos);
   EXPECT_THROW(save_state_dict(StateDict{}, dir / "m.pt", {.metadata = {{"a", "b"}}}), InvalidArgument);
-  EXPECT_NE(what_of([&] { save_state_dict(StateDict{}, dir / "no/such/dir/m.pt"); }).find("save_state_dict: cannot create"),
-            std::string::npos);
+  EXPECT_NE(
+      what_of([&] { save_state_dict(StateDict{}, dir / "no/such/dir/m.pt"); }).find("save_state_dict: cannot create"),
+      std::string::npos);
   EXPECT_FALSE(fs::exists(dir / "s.pt"));
   // An empty state dict is a valid file in both formats.
   save_state_dict(StateDict{}, dir / "empty.pt");
@@ -281,7 +295,9 @@ TEST(StateDict, DdpSavesOnRankZeroThenBarrier) {
   TempDir dir;
   fs::create_directories(fs::path(dir.path()) / "rank0");
   fs::create_directories(fs::path(dir.path()) / "rank1");
-  test::run_ranks(2, [](int rank, int) {
+  test::run_ranks(
+      2,
+      [](int rank, int) {
     const fs::path root = std::getenv("SD_DIR");
     fs::current_path(root / ("rank" + std::to_string(rank)));
     init_process_group("gloo", {.timeout = 60s});
@@ -300,7 +316,8 @@ TEST(StateDict, DdpSavesOnRankZeroThenBarrier) {
     EXPECT_TRUE(load_state_dict(model, (root / "rank0" / "model.pt").string()).ok());
     EXPECT_TRUE(torch::equal(block->scale, torch::ones({4})));
     destroy_process_group();
-  }, {.env = {{"SD_DIR", dir.path()}}});
+      },
+      {.env = {{"SD_DIR", dir.path()}}});
 }
 
 }  // namespace

@@ -23,10 +23,11 @@ struct Nested : torch::nn::Module {
   Nested() {
     torch::nn::BatchNorm2d shared(4);
     features = register_module("features", torch::nn::Sequential(torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 4, 3)),
-                                                                  shared, torch::nn::ReLU()));
+                                                                 shared, torch::nn::ReLU()));
     blocks = register_module("blocks", torch::nn::ModuleList(shared, torch::nn::BatchNorm3d(2)));
-    heads = register_module("heads", torch::nn::ModuleDict(std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>>{
-                                                {"a", std::make_shared<torch::nn::BatchNorm1dImpl>(6)}}));
+    heads = register_module(
+        "heads", torch::nn::ModuleDict(std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>>{
+                     {"a", std::make_shared<torch::nn::BatchNorm1dImpl>(6)}}));
     inner = register_module("inner", std::make_shared<ByName>());
     fc = register_module("fc", torch::nn::Linear(4 * 3 * 3, 6));
   }

@@ -15,14 +15,14 @@ namespace ddp::test {
 
 struct BatchNormScenario {
   int id;
-  std::vector<int> members;             // global ranks, in group order
-  std::vector<std::int64_t> rows;       // per member
-  std::vector<std::int64_t> tail;       // an input's shape after [N, C]
+  std::vector<int> members;        // global ranks, in group order
+  std::vector<std::int64_t> rows;  // per member
+  std::vector<std::int64_t> tail;  // an input's shape after [N, C]
   std::int64_t channels;
   c10::optional<double> momentum;
   bool affine = true;
-  bool channels_last = false;             // 4-d inputs only
-  at::ScalarType dtype = at::kFloat;      // the inputs' (the layer's parameters stay float32)
+  bool channels_last = false;         // 4-d inputs only
+  at::ScalarType dtype = at::kFloat;  // the inputs' (the layer's parameters stay float32)
 };
 
 inline double relative(const at::Tensor& a, const at::Tensor& b) {
@@ -88,7 +88,8 @@ void expect_matches_one_process(const BatchNormScenario& s, const std::shared_pt
     for (int m = 0; m < me; ++m) offset += s.rows[m];
     const std::string where = "scenario " + std::to_string(s.id) + ", step " + std::to_string(step);
     EXPECT_LT(relative(out, expected.narrow(0, offset, s.rows[me])), tolerance) << where << ": outputs";
-    EXPECT_LT(relative(x.grad() / world, whole.grad().narrow(0, offset, s.rows[me])), tolerance) << where << ": input gradients";
+    EXPECT_LT(relative(x.grad() / world, whole.grad().narrow(0, offset, s.rows[me])), tolerance)
+        << where << ": input gradients";
     if (s.affine) {
       EXPECT_LT(relative(bn->weight.grad(), reference->weight.grad()), tolerance) << where << ": weight gradient";
       EXPECT_LT(relative(bn->bias.grad(), reference->bias.grad()), tolerance) << where << ": bias gradient";

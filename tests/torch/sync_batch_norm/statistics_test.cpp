@@ -71,8 +71,9 @@ TEST(SyncBatchNormStatistics, TheOnePassInputGradientEqualsTheTwoPassFormToRound
       ASSERT_FALSE(strided(x).is_contiguous());
       const auto two_pass = input_gradient(strided(dy), strided(x), stats.mean, invstd, w, sums, stats.count);
       const double tolerance = dtype == torch::kFloat ? 1e-6 : 1e-14;
-      EXPECT_TRUE(torch::allclose(fused, two_pass, tolerance, tolerance)) << "shape " << x.sizes() << ", " << dtype << ": differ by up to "
-                                                 << (fused - two_pass).abs().max().item<double>();
+      EXPECT_TRUE(torch::allclose(fused, two_pass, tolerance, tolerance))
+          << "shape " << x.sizes() << ", " << dtype << ": differ by up to "
+          << (fused - two_pass).abs().max().item<double>();
     }
   }
 }

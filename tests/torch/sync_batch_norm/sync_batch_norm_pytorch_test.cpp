@@ -111,9 +111,10 @@ class SyncBatchNormPyTorch : public ::testing::TestWithParam<ReferencePython> {}
 TEST_P(SyncBatchNormPyTorch, OutputsGradientsAndRunningStatisticsMatchPyTorchs) {
   const std::string prefix = ::testing::TempDir() + "/sbn-peer-" + std::to_string(::getpid());
   if (!is_rank_process()) {
-    const auto peer = run_command({GetParam().path, std::string(DDP_SOURCE_DIR) +
-                                   "/tests/torch/sync_batch_norm/pytorch_sync_batch_norm_peer.py", "--out",
-                                   prefix + "-pytorch"}, {}, 180s);
+    const auto peer = run_command(
+        {GetParam().path, std::string(DDP_SOURCE_DIR) + "/tests/torch/sync_batch_norm/pytorch_sync_batch_norm_peer.py",
+         "--out", prefix + "-pytorch"},
+        {}, 180s);
     if (peer.exit_code == 3 && peer.signal == 0) GTEST_SKIP() << peer.output;  // 1.13: no CPU SyncBatchNorm
     ASSERT_TRUE(peer.ok()) << peer.output;
   }

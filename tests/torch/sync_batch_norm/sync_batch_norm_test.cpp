@@ -52,8 +52,11 @@ TEST(SyncBatchNorm, OneValuePerChannelOverTheGroupIsAnErrorOnEveryRank) {
   run_ranks(2, [](int rank, int) {
     init_process_group("gloo", {.timeout = 30s});
     SyncBatchNorm bn(3);
-    expect_error<InvalidArgument>([&] { bn->forward(torch::randn({rank == 0 ? 1 : 0, 3})); },
-                                  {"expected more than 1 value per channel when training, got 1 over the group of 2"});
+    expect_error<InvalidArgument>(
+        [&] {
+      bn->forward(torch::randn({rank == 0 ? 1 : 0, 3}));
+        },
+        {"expected more than 1 value per channel when training, got 1 over the group of 2"});
     // One value on each of two ranks is two values: fine.
     EXPECT_EQ(bn->forward(torch::randn({1, 3})).sizes(), (std::vector<std::int64_t>{1, 3}));
     destroy_process_group();
@@ -65,10 +68,16 @@ TEST(SyncBatchNorm, BadInputsAreRejected) {
   expect_error<InvalidArgument>([&] { bn->forward(torch::randn({4})); },
                                 {"expected an input of 2 to 5 dimensions", "got 1 ([4])"});
   expect_error<InvalidArgument>([&] { bn->forward(torch::randn({2, 4, 1, 1, 1, 1})); }, {"got 6"});
-  expect_error<InvalidArgument>([&] { bn->forward(torch::randn({2, 3, 5})); },
-                                {"expected 4 channels in dimension 1 (num_features), got 3"});
-  expect_error<InvalidArgument>([&] { bn->forward(torch::randn({1, 4})); },
-                                {"expected more than 1 value per channel when training", "alone"});
+  expect_error<InvalidArgument>(
+      [&] {
+    bn->forward(torch::randn({2, 3, 5}));
+      },
+      {"expected 4 channels in dimension 1 (num_features), got 3"});
+  expect_error<InvalidArgument>(
+      [&] {
+    bn->forward(torch::randn({1, 4}));
+      },
+      {"expected more than 1 value per channel when training", "alone"});
   bn->eval();
   EXPECT_EQ(bn->forward(torch::randn({1, 4})).sizes(), (std::vector<std::int64_t>{1, 4}));  // eval: fine
 }

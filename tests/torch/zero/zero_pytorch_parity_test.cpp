@@ -68,7 +68,9 @@ TEST_P(ZeroPytorchParity, PartitionAndParametersAfterTenAdamStepsMatchPyTorchsZe
   for (int world : {2, 3}) {
     SCOPED_TRACE("world size " + std::to_string(world));
     const std::string ours = prefix + "-ddp-w" + std::to_string(world);
-    run_ranks(world, [](int rank, int) {
+    run_ranks(
+        world,
+        [](int rank, int) {
       torch::set_num_threads(1);
       init_process_group("gloo", {.timeout = 60s});
       auto net = model();
@@ -90,7 +92,8 @@ TEST_P(ZeroPytorchParity, PartitionAndParametersAfterTenAdamStepsMatchPyTorchsZe
       std::ofstream(out + ".bin", std::ios::binary)
           .write(static_cast<const char*>(all.data_ptr()), static_cast<std::streamsize>(all.nbytes()));
       std::ofstream(out + ".txt") << partition_text(zero.partition());
-    }, {.env = {{"ZERO_OUT", ours}}});
+        },
+        {.env = {{"ZERO_OUT", ours}}});
     if (is_rank_process()) continue;  // a rank process runs the body of its own call only
     const std::string theirs = prefix + "-pytorch-w" + std::to_string(world);
     EXPECT_EQ(read_text(ours + ".txt"), read_text(theirs + ".txt")) << "the partitions differ";

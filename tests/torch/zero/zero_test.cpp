@@ -125,7 +125,8 @@ TEST(ZeroRedundancyOptimizer, EndsWhereAdamEndsWithOneShardOfTheStatePerRank) {
       Adam plain(groups_of(reference), AdamOptions(0.01));
       for (int step = 0; step < 6; ++step) {
         if (step == 3) {  // a schedule changes the exposed groups' options: the shard follows
-          for (auto* o : {static_cast<torch::optim::Optimizer*>(&zero), static_cast<torch::optim::Optimizer*>(&plain)}) {
+          for (auto* o :
+               {static_cast<torch::optim::Optimizer*>(&zero), static_cast<torch::optim::Optimizer*>(&plain)}) {
             static_cast<AdamOptions&>(o->param_groups()[1].options()).lr(0.005);
           }
         }
@@ -173,7 +174,8 @@ TEST(ZeroRedundancyOptimizer, InsideAJoinUnevenInputsEndWhereTheUnshardedOptimiz
     std::vector<int> batches;
     bool divide_by_initial_world_size;
   };
-  const std::vector<Config> configs = {{2, {4, 2}, true}, {2, {0, 3}, true}, {3, {3, 0, 5}, true}, {3, {2, 5, 1}, false}};
+  const std::vector<Config> configs = {
+      {2, {4, 2}, true}, {2, {0, 3}, true}, {3, {3, 0, 5}, true}, {3, {2, 5, 1}, false}};
   run_ranks(3, [&](int rank, int) {
     torch::set_num_threads(1);
     init_process_group("gloo", {.timeout = 60s});
@@ -197,18 +199,21 @@ TEST(ZeroRedundancyOptimizer, InsideAJoinUnevenInputsEndWhereTheUnshardedOptimiz
       auto sharded = std::make_shared<Mlp>(), reference = std::make_shared<Mlp>();
       {
         torch::NoGradGuard no_grad;
-        for (std::size_t i = 0; i < sharded->parameters().size(); ++i) reference->parameters()[i].copy_(sharded->parameters()[i]);
+        for (std::size_t i = 0; i < sharded->parameters().size(); ++i)
+          reference->parameters()[i].copy_(sharded->parameters()[i]);
       }
       DistributedDataParallel ddp_sharded(sharded, {.process_group = group});
       ZeroRedundancyOptimizer<Adam> zero(ddp_sharded->parameters(), AdamOptions(0.01), {.process_group = group});
-      join({&ddp_sharded, &zero}, [&] { train(ddp_sharded, zero); }, options);
+      join(
+          {&ddp_sharded, &zero}, [&] { train(ddp_sharded, zero); }, options);
       DistributedDataParallel ddp_reference(reference, {.process_group = group});
       Adam plain(ddp_reference->parameters(), AdamOptions(0.01));
-      join({&ddp_reference}, [&] { train(ddp_reference, plain); }, options);
+      join(
+          {&ddp_reference}, [&] { train(ddp_reference, plain); }, options);
       auto ps = sharded->parameters(), pr = reference->parameters();
       for (std::size_t i = 0; i < ps.size(); ++i) {
-        EXPECT_TRUE(torch::allclose(ps[i], pr[i], 0, 1e-6)) << "parameter " << i << " differs by "
-                                                            << (ps[i] - pr[i]).abs().max().item<double>();
+        EXPECT_TRUE(torch::allclose(ps[i], pr[i], 0, 1e-6))
+            << "parameter " << i << " differs by " << (ps[i] - pr[i]).abs().max().item<double>();
       }
       // Every shard stepped in every iteration, also on the ranks that had run out.
       for (const auto& [key, state] : zero.local().state()) {
@@ -248,14 +253,16 @@ TEST(ZeroRedundancyOptimizer, AGradScalerStepInsideAJoinIsRefusedOnEveryRank) {
     DistributedDataParallel ddp_model(net);
     ZeroRedundancyOptimizer<Adam> zero(ddp_model->parameters(), AdamOptions(0.01));
     amp::GradScaler scaler;
-    expect_error<InvalidArgument>([&] {
+    expect_error<InvalidArgument>(
+        [&] {
       join({&ddp_model, &zero}, [&] {
         auto [x, y] = batch(0, 4);
         zero.zero_grad();
         scaler.scale(torch::cross_entropy_loss(ddp_model->forward(x), y)).backward();
         scaler.step(zero);
       });
-    }, {"GradScaler::step", "inside ddp::join", "ranks that have run out of inputs"});
+        },
+        {"GradScaler::step", "inside ddp::join", "ranks that have run out of inputs"});
     barrier();  // no rank was left in a collective
   });
 }
@@ -267,17 +274,21 @@ TEST(ZeroRedundancyOptimizer, ConsolidatedStateSavedAtTwoRanksLoadsAtThreeAndInt
     torch::manual_seed(11);
     return std::make_shared<Mlp>();
   };
-  run_ranks(2, [&](int rank, int) {
+  run_ranks(
+      2,
+      [&](int rank, int) {
     torch::set_num_threads(1);
     init_process_group("gloo", {.timeout = 60s});
     auto net = initial();
     ZeroRedundancyOptimizer<Adam> zero(net->parameters(), AdamOptions(0.01));
     for (int step = 0; step < 3; ++step) train_step(*net, zero, step);
     if (rank == 1) {  // nothing consolidated here yet
-      expect_error<Error>([&] {
+      expect_error<Error>(
+          [&] {
         torch::serialize::OutputArchive archive;
         zero.save(archive);
-      }, {"on rank 1", "has not been consolidated on this rank", "consolidate_state_dict(1)"});
+          },
+          {"on rank 1", "has not been consolidated on this rank", "consolidate_state_dict(1)"});
     }
     zero.consolidate_state_dict(0);
     const std::string d = std::getenv("ZERO_DIR");
@@ -285,13 +296,18 @@ TEST(ZeroRedundancyOptimizer, ConsolidatedStateSavedAtTwoRanksLoadsAtThreeAndInt
       torch::save(zero, d + "-optimizer.pt");
       torch::save(net, d + "-model.pt");
     } else {
-      expect_error<Error>([&] {
+      expect_error<Error>(
+          [&] {
         torch::serialize::OutputArchive archive;
         zero.save(archive);
-      }, {"has not been consolidated on this rank"});
+          },
+          {"has not been consolidated on this rank"});
     }
-  }, {.env = env});
-  run_ranks(3, [&](int rank, int) {
+      },
+      {.env = env});
+  run_ranks(
+      3,
+      [&](int rank, int) {
     torch::set_num_threads(1);
     init_process_group("gloo", {.timeout = 60s});
     auto net = initial();
@@ -307,7 +323,8 @@ TEST(ZeroRedundancyOptimizer, ConsolidatedStateSavedAtTwoRanksLoadsAtThreeAndInt
     }
     for (int step = 3; step < 5; ++step) train_step(*net, zero, step);
     if (rank == 0) torch::save(net, d + "-resumed.pt");
-  }, {.env = env});
+      },
+      {.env = env});
   if (is_rank_process()) return;
 
   // The reference: plain Adam, 5 steps without a break.
@@ -355,15 +372,23 @@ TEST(ZeroRedundancyOptimizer, MisuseIsRefusedWithAMessage) {
   auto d = torch::ones({2}, torch::TensorOptions().dtype(at::kDouble).requires_grad(true));
   expect_error<InvalidArgument>([] { ZeroRedundancyOptimizer<Adam>(std::vector<at::Tensor>{}, AdamOptions(0.1)); },
                                 {"ZeroRedundancyOptimizer", "empty parameter list"});
-  expect_error<InvalidArgument>([&] { ZeroRedundancyOptimizer<Adam>({f, d}, AdamOptions(0.1)); },
-                                {"one dtype and device", "the first is Float on cpu", "parameter 1 of group 0 is Double on cpu"});
-  expect_error<InvalidArgument>([&] { ZeroRedundancyOptimizer<Adam>({f, f}, AdamOptions(0.1)); },
-                                {"parameter 1 of group 0 appears more than once"});
+  expect_error<InvalidArgument>(
+      [&] {
+    ZeroRedundancyOptimizer<Adam>({f, d}, AdamOptions(0.1));
+      },
+      {"one dtype and device", "the first is Float on cpu", "parameter 1 of group 0 is Double on cpu"});
+  expect_error<InvalidArgument>(
+      [&] {
+    ZeroRedundancyOptimizer<Adam>({f, f}, AdamOptions(0.1));
+      },
+      {"parameter 1 of group 0 appears more than once"});
   ZeroRedundancyOptimizer<Adam> zero({f}, AdamOptions(0.1));
-  expect_error<Error>([&] {
+  expect_error<Error>(
+      [&] {
     torch::serialize::OutputArchive archive;
     zero.save(archive);
-  }, {"ZeroRedundancyOptimizer::save on rank 0", "has not been consolidated", "consolidate_state_dict(0)"});
+      },
+      {"ZeroRedundancyOptimizer::save on rank 0", "has not been consolidated", "consolidate_state_dict(0)"});
   expect_error<InvalidArgument>([&] { zero.consolidate_state_dict(1); }, {"rank 1 is not in the group of 1 rank"});
   expect_error<InvalidArgument>([&] { zero.owner(0, 5); }, {"there is no parameter 5 in group 0"});
   expect_error<InvalidArgument>([&] { zero.add_param_group(OptimizerParamGroup({d})); }, {"is Double on cpu"});
@@ -375,7 +400,8 @@ TEST(ZeroRedundancyOptimizer, MisuseIsRefusedWithAMessage) {
   other.save(out);
   auto in = reopened(out);
   expect_error<MismatchError>([&] { zero.load(in); },
-                              {"ZeroRedundancyOptimizer::load on rank 0", "does not fit this optimizer", "1 parameter group(s) of 1 parameters"});
+                              {"ZeroRedundancyOptimizer::load on rank 0", "does not fit this optimizer",
+                               "1 parameter group(s) of 1 parameters"});
 }
 
 TEST(ZeroRedundancyOptimizer, AddedGroupsArePartitionedAfterTheExistingOnes) {

@@ -25,10 +25,10 @@
 namespace ddp::data {
 
 struct SyntheticOptions {
-  std::int64_t size = 1024;                   // number of samples
+  std::int64_t size = 1024;                       // number of samples
   std::vector<std::int64_t> shape = {1, 28, 28};  // of each input
-  std::int64_t num_classes = 10;              // labels in [0, num_classes)
-  std::uint64_t seed = 0;                     // another seed: other inputs and another teacher
+  std::int64_t num_classes = 10;                  // labels in [0, num_classes)
+  std::uint64_t seed = 0;                         // another seed: other inputs and another teacher
 };
 
 class SyntheticClassification : public torch::data::datasets::Dataset<SyntheticClassification> {

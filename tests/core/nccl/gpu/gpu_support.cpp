@@ -17,14 +17,16 @@ std::string gpu_status() {
   int count = 0;
   const cudaError_t error = cudaGetDeviceCount(&count);
   cudaGetLastError();
-  if (error != cudaSuccess) return std::string("cudaGetDeviceCount: ") + cudaGetErrorName(error) + " (" + cudaGetErrorString(error) + ")";
+  if (error != cudaSuccess)
+    return std::string("cudaGetDeviceCount: ") + cudaGetErrorName(error) + " (" + cudaGetErrorString(error) + ")";
   return std::to_string(count) + " CUDA device(s)";
 }
 
 void cuda_check(cudaError_t error, const char* what) {
   if (error != cudaSuccess) {
     cudaGetLastError();
-    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorName(error) + " (" + cudaGetErrorString(error) + ")");
+    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorName(error) + " (" + cudaGetErrorString(error) +
+                             ")");
   }
 }
 

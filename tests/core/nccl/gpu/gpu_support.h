@@ -36,11 +36,11 @@ class CudaMemory : public DeviceMemory {
 
 // Skips the test (with the reason) unless this machine has at least `n` CUDA devices. Every GPU
 // test starts with it, so the binary passes, skipping, on machines without a GPU.
-#define DDP_REQUIRE_GPUS(n)                                                                        \
-  do {                                                                                             \
-    const int ddp_have_gpus_ = ::ddp::test::gpu_count();                                           \
-    if (ddp_have_gpus_ == 0) GTEST_SKIP() << "no CUDA device: " << ::ddp::test::gpu_status();      \
-    if (ddp_have_gpus_ < (n)) {                                                                    \
-      GTEST_SKIP() << "needs " << (n) << " CUDA devices, this machine has " << ddp_have_gpus_;     \
-    }                                                                                              \
+#define DDP_REQUIRE_GPUS(n)                                                                    \
+  do {                                                                                         \
+    const int ddp_have_gpus_ = ::ddp::test::gpu_count();                                       \
+    if (ddp_have_gpus_ == 0) GTEST_SKIP() << "no CUDA device: " << ::ddp::test::gpu_status();  \
+    if (ddp_have_gpus_ < (n)) {                                                                \
+      GTEST_SKIP() << "needs " << (n) << " CUDA devices, this machine has " << ddp_have_gpus_; \
+    }                                                                                          \
   } while (0)

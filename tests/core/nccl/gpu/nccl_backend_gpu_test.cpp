@@ -33,7 +33,9 @@ Backend::Deadline soon(std::chrono::milliseconds d = 60s) { return Clock::now() 
 
 // A float array on the GPU, filled from and read into host vectors.
 struct DeviceFloats {
-  explicit DeviceFloats(std::size_t n) : count(n) { test::cuda_check(cudaMalloc(&data, n * sizeof(float)), "cudaMalloc"); }
+  explicit DeviceFloats(std::size_t n) : count(n) {
+    test::cuda_check(cudaMalloc(&data, n * sizeof(float)), "cudaMalloc");
+  }
   ~DeviceFloats() { cudaFree(data); }
   void set(const std::vector<float>& values) {
     test::cuda_check(cudaMemcpy(data, values.data(), values.size() * sizeof(float), cudaMemcpyHostToDevice), "upload");
@@ -69,10 +71,10 @@ TEST(NcclBackend, EveryCollectiveRunsOnARealOneRankCommunicator) {
   a.set(values);
   backend->broadcast(a.buffer(), 0, soon());
   EXPECT_EQ(a.get(), values);
-  for (auto run : {+[](Backend& be, Buffer in, Buffer out) { be.all_gather(in, out, soon()); },
-                   +[](Backend& be, Buffer in, Buffer out) { be.gather(in, out, 0, soon()); },
-                   +[](Backend& be, Buffer in, Buffer out) { be.scatter(in, out, 0, soon()); },
-                   +[](Backend& be, Buffer in, Buffer out) { be.all_to_all(in, out, soon()); }}) {
+  for (auto run : {+[](Backend&be, Buffer in, Buffer out) { be.all_gather(in, out, soon()); },
+                   +[](Backend&be, Buffer in, Buffer out) { be.gather(in, out, 0, soon()); },
+                   +[](Backend&be, Buffer in, Buffer out) { be.scatter(in, out, 0, soon()); },
+                   +[](Backend&be, Buffer in, Buffer out) { be.all_to_all(in, out, soon()); }}) {
     a.set(values);
     b.set(std::vector<float>(8, 0));
     run(*backend, a.buffer(), b.buffer());
@@ -124,7 +126,8 @@ TEST(NcclBackend, AnOpWaitsForItsReadyEventOnTheProducersStream) {
   float* pinned = nullptr;
   test::cuda_check(cudaMallocHost(&pinned, 4 * sizeof(float)), "cudaMallocHost");
   for (int i = 0; i < 4; ++i) pinned[i] = static_cast<float>(i + 1);
-  test::cuda_check(cudaLaunchHostFunc(producer, [](void*) { std::this_thread::sleep_for(300ms); }, nullptr),
+  test::cuda_check(cudaLaunchHostFunc(
+                       producer, [](void*) { std::this_thread::sleep_for(300ms); }, nullptr),
                    "cudaLaunchHostFunc");
   test::cuda_check(cudaMemcpyAsync(in.data, pinned, 4 * sizeof(float), cudaMemcpyHostToDevice, producer), "copy");
   cudaEvent_t ready;
@@ -148,9 +151,11 @@ TEST(NcclBackend, WithoutAReadyEventAnOpWaitsForTheLegacyDefaultStream) {
   float* pinned = nullptr;
   test::cuda_check(cudaMallocHost(&pinned, 4 * sizeof(float)), "cudaMallocHost");
   for (int i = 0; i < 4; ++i) pinned[i] = static_cast<float>(10 * (i + 1));
-  test::cuda_check(cudaLaunchHostFunc(cudaStreamLegacy, [](void*) { std::this_thread::sleep_for(300ms); }, nullptr),
+  test::cuda_check(cudaLaunchHostFunc(
+                       cudaStreamLegacy, [](void*) { std::this_thread::sleep_for(300ms); }, nullptr),
                    "cudaLaunchHostFunc");
-  test::cuda_check(cudaMemcpyAsync(in.data, pinned, 4 * sizeof(float), cudaMemcpyHostToDevice, cudaStreamLegacy), "copy");
+  test::cuda_check(cudaMemcpyAsync(in.data, pinned, 4 * sizeof(float), cudaMemcpyHostToDevice, cudaStreamLegacy),
+                   "copy");
   backend->all_gather(in.buffer(), out.buffer(), soon());
   EXPECT_EQ(out.get(), (std::vector<float>{10, 20, 30, 40}));
   cudaDeviceSynchronize();
@@ -185,7 +190,8 @@ TEST(NcclBackend, BitwiseReductionsFailWithAClearErrorAndLeaveTheBackendUsable) 
       detail::execute(*backend, all_reduce, soon());
       ADD_FAILURE() << "no error for " << to_string(op);
     } catch (const InvalidArgument& e) {
-      EXPECT_TRUE(has(e.what(), "the nccl backend cannot reduce int32 with " + std::string(to_string(op)) + " on cuda:0"))
+      EXPECT_TRUE(
+          has(e.what(), "the nccl backend cannot reduce int32 with " + std::string(to_string(op)) + " on cuda:0"))
           << e.what();
     }
   }

@@ -18,7 +18,6 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-
 using test::expect_error;
 
 // This rank's GPU, as the backend picks it (LOCAL_RANK).
@@ -46,7 +45,8 @@ void device_burst(ProcessGroup& group, int gpu, int count) {
     works.push_back(group.all_reduce(b));
   }
   for (auto& w : works) w->wait();
-  test::cuda_check(cudaMemcpy(host.data(), data, host.size() * sizeof(std::int64_t), cudaMemcpyDeviceToHost), "download");
+  test::cuda_check(cudaMemcpy(host.data(), data, host.size() * sizeof(std::int64_t), cudaMemcpyDeviceToHost),
+                   "download");
   cudaFree(data);
   for (int k = 0; k < count; ++k) {
     ASSERT_EQ(host[k * 3], static_cast<std::int64_t>(k) * world) << "op " << k;
@@ -60,7 +60,8 @@ TEST(NcclGroupOfOne, EveryOpOnDeviceBuffersMatchesTheReference) {
   init_process_group("nccl", {.world_size = 1, .rank = 0});
   EXPECT_EQ(get_backend(), "nccl");
   test::CudaMemory memory(0);
-  test::run_collective_suite(*get_default_group(), {.sizes = {0, 1, 13, 1009}, .large_bytes = 4u << 20, .memory = &memory});
+  test::run_collective_suite(*get_default_group(),
+                             {.sizes = {0, 1, 13, 1009}, .large_bytes = 4u << 20, .memory = &memory});
   device_burst(*get_default_group(), 0, 200);
   destroy_process_group();
 }
@@ -78,7 +79,9 @@ class NcclWorld : public ::testing::TestWithParam<int> {};
 TEST_P(NcclWorld, EveryOpOnDeviceBuffersMatchesTheReference) {
   const int world = GetParam() == 0 ? test::gpu_count() : GetParam();
   DDP_REQUIRE_GPUS(std::max(world, 2));
-  test::run_ranks(world, [](int rank, int world) {
+  test::run_ranks(
+      world,
+      [](int rank, int world) {
     init_process_group("nccl", {.timeout = 120s});
     const int gpu = my_gpu();
     EXPECT_EQ(gpu, rank);
@@ -88,11 +91,13 @@ TEST_P(NcclWorld, EveryOpOnDeviceBuffersMatchesTheReference) {
     test::run_collective_suite(*get_default_group(), {.memory = &memory, .bitwise = false});
     device_burst(*get_default_group(), gpu, 1000);
     destroy_process_group();
-  }, {.deadline = 280s});
+      },
+      {.deadline = 280s});
 }
 
-INSTANTIATE_TEST_SUITE_P(WorldSizes, NcclWorld, ::testing::Values(2, 0),
-                         [](const auto& info) { return info.param == 0 ? std::string("every_gpu") : "world" + std::to_string(info.param); });
+INSTANTIATE_TEST_SUITE_P(WorldSizes, NcclWorld, ::testing::Values(2, 0), [](const auto& info) {
+  return info.param == 0 ? std::string("every_gpu") : "world" + std::to_string(info.param);
+});
 
 TEST(NcclWorlds, LargeSendsBothWaysAtOnceDoNotDeadlock) {
   DDP_REQUIRE_GPUS(2);
@@ -123,20 +128,25 @@ TEST(NcclWorlds, LargeSendsBothWaysAtOnceDoNotDeadlock) {
 
 TEST(NcclWorlds, TheDebugAgreementCheckWorksOnNccl) {
   DDP_REQUIRE_GPUS(2);
-  test::run_ranks(2, [](int rank, int) {
+  test::run_ranks(
+      2,
+      [](int rank, int) {
     init_process_group("nccl", {.timeout = 30s});
     const int gpu = my_gpu();
     float* x = nullptr;
     test::cuda_check(cudaMalloc(&x, 4 * sizeof(float)), "cudaMalloc");
     const Device d{Device::Type::CUDA, gpu};
     get_default_group()->all_reduce(Buffer{x, 4, DataType::Float32, d})->wait();  // agreed
-    expect_error<MismatchError>([&] {
+    expect_error<MismatchError>(
+        [&] {
       get_default_group()->all_reduce(Buffer{x, rank == 0 ? 4u : 3u, DataType::Float32, d})->wait();
-    }, {"ranks called different collectives at sequence number 1", "rank 0 called all_reduce #1 (float32 x 4, SUM)",
-        "rank 1 called all_reduce #1 (float32 x 3, SUM)"});
+        },
+        {"ranks called different collectives at sequence number 1", "rank 0 called all_reduce #1 (float32 x 4, SUM)",
+         "rank 1 called all_reduce #1 (float32 x 3, SUM)"});
     cudaFree(x);
     destroy_process_group();
-  }, {.env = {{"DDP_DEBUG", "1"}}});
+      },
+      {.env = {{"DDP_DEBUG", "1"}}});
 }
 
 TEST(NcclWorlds, CpuBuffersBitwiseOpsAndOtherGpusAreRefusedClearly) {
@@ -148,13 +158,19 @@ TEST(NcclWorlds, CpuBuffersBitwiseOpsAndOtherGpusAreRefusedClearly) {
     float host[2] = {};
     expect_error<InvalidArgument>([&] { group->all_reduce(buffer_of(host, 2)); },
                                   {"the nccl backend cannot use buffers on cpu", "gloo"});
-    expect_error<InvalidArgument>([&] { group->all_reduce(Buffer{host, 2, DataType::Float32, Device{Device::Type::CUDA, 1 - gpu}}); },
-                                  {"the nccl backend cannot use buffers on cuda:" + std::to_string(1 - gpu), "LOCAL_RANK"});
+    expect_error<InvalidArgument>(
+        [&] {
+      group->all_reduce(Buffer{host, 2, DataType::Float32, Device{Device::Type::CUDA, 1 - gpu}});
+        },
+        {"the nccl backend cannot use buffers on cuda:" + std::to_string(1 - gpu), "LOCAL_RANK"});
     std::int32_t* ints = nullptr;
     test::cuda_check(cudaMalloc(&ints, 2 * sizeof(std::int32_t)), "cudaMalloc");
     expect_error<InvalidArgument>(
-        [&] { group->all_reduce(Buffer{ints, 2, DataType::Int32, Device{Device::Type::CUDA, gpu}}, ReduceOp::BXOR)->wait(); },
-        {"all_reduce #0 (int32 x 2, BXOR)", "the nccl backend cannot reduce int32 with BXOR on cuda:" + std::to_string(gpu)});
+        [&] {
+      group->all_reduce(Buffer{ints, 2, DataType::Int32, Device{Device::Type::CUDA, gpu}}, ReduceOp::BXOR)->wait();
+        },
+        {"all_reduce #0 (int32 x 2, BXOR)",
+         "the nccl backend cannot reduce int32 with BXOR on cuda:" + std::to_string(gpu)});
     // Refused arguments do not break the group.
     group->all_reduce(Buffer{ints, 2, DataType::Int32, Device{Device::Type::CUDA, gpu}}, ReduceOp::MAX)->wait();
     cudaFree(ints);
@@ -166,7 +182,9 @@ TEST(NcclWorlds, CpuBuffersBitwiseOpsAndOtherGpusAreRefusedClearly) {
 // communicator never came together.
 TEST(NcclFailures, TwoRanksOnOneGpuAreToldWhy) {
   DDP_REQUIRE_GPUS(1);
-  test::run_ranks(2, [](int rank, int) {
+  test::run_ranks(
+      2,
+      [](int rank, int) {
     if (rank == 1) {
       expect_error<InvalidArgument>([] { init_process_group("nccl", {.timeout = 8s}); },
                                     {"LOCAL_RANK is 1 but this process sees 1 CUDA device", "one GPU per process",
@@ -177,12 +195,15 @@ TEST(NcclFailures, TwoRanksOnOneGpuAreToldWhy) {
                                      "LOCAL_RANK is 1 but this process sees 1 CUDA device", "one GPU per process"});
     }
     EXPECT_FALSE(is_initialized());
-  }, {.deadline = 60s, .env = {{"CUDA_VISIBLE_DEVICES", "0"}}});
+      },
+      {.deadline = 60s, .env = {{"CUDA_VISIBLE_DEVICES", "0"}}});
 }
 
 TEST(NcclFailures, ALateRankTimesOutNamingTheOpAndWhereTheOtherWas) {
   DDP_REQUIRE_GPUS(2);
-  test::run_ranks(2, [](int rank, int) {
+  test::run_ranks(
+      2,
+      [](int rank, int) {
     init_process_group("nccl", {.timeout = 3s});
     const int gpu = my_gpu();
     float* x = nullptr;
@@ -197,19 +218,22 @@ TEST(NcclFailures, ALateRankTimesOutNamingTheOpAndWhereTheOtherWas) {
       return;
     }
     const auto start = Clock::now();
-    expect_error<TimeoutError>([&] { group->all_reduce(b)->wait(); },
-                               {"all_reduce #1 (float32 x 1, SUM) in group 'world' on rank 0 timed out",
-                                "NCCL had not finished it", "aborted", "had not reached all_reduce #1",
-                                "rank 1: its last was all_reduce #0"});
+    expect_error<TimeoutError>(
+        [&] { group->all_reduce(b)->wait(); },
+        {"all_reduce #1 (float32 x 1, SUM) in group 'world' on rank 0 timed out", "NCCL had not finished it", "aborted",
+         "had not reached all_reduce #1", "rank 1: its last was all_reduce #0"});
     EXPECT_LT(Clock::now() - start, 10s);
     expect_error<TimeoutError>([&] { group->barrier()->wait(); }, {"timed out"});  // the group stays broken
     destroy_process_group();
-  }, {.deadline = 60s});
+      },
+      {.deadline = 60s});
 }
 
 TEST(NcclFailures, AKilledPeerIsNamed) {
   DDP_REQUIRE_GPUS(2);
-  test::run_ranks(2, [](int rank, int) {
+  test::run_ranks(
+      2,
+      [](int rank, int) {
     init_process_group("nccl", {.timeout = 10s});
     const int gpu = my_gpu();
     const std::size_t n = 32u << 20;
@@ -223,7 +247,8 @@ TEST(NcclFailures, AKilledPeerIsNamed) {
     expect_error<PeerLostError>([&] { group->all_reduce(b)->wait(); }, {"all_reduce #1", "Lost rank 1"});
     EXPECT_LT(Clock::now() - start, 25s);
     destroy_process_group();
-  }, {.deadline = 90s, .killed = {1}});
+      },
+      {.deadline = 90s, .killed = {1}});
 }
 
 }  // namespace

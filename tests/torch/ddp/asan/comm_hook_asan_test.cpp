@@ -83,9 +83,8 @@ TEST(CommHookAsan, TheDocumentedContinuationTrainsCleanUnderAddressSanitizer) {
       ddp_model->register_comm_hook([](ddp::GradBucket& bucket) {
         at::Tensor wire = bucket.buffer().to(at::kBFloat16);
         auto work = ddp::all_reduce_async(wire, ddp::ReduceOp::AVG, bucket.process_group());
-        return std::make_shared<ddp::Future>(work, wire, [buffer = bucket.buffer()](at::Tensor wire) mutable {
-          return buffer.copy_(wire);
-        });
+        return std::make_shared<ddp::Future>(
+            work, wire, [buffer = bucket.buffer()](at::Tensor wire) mutable { return buffer.copy_(wire); });
       });
     });
     EXPECT_LE(diff, 2e-2) << "bfloat16 on the wire";
@@ -97,7 +96,9 @@ TEST(CommHookAsan, TheDocumentedContinuationTrainsCleanUnderAddressSanitizer) {
 // The control: the same mistake in another form, a continuation holding a reference to the hook's
 // local, must be reported by this binary, or the tests above would prove nothing.
 TEST(CommHookAsan, AContinuationReadingTheHooksLocalIsReported) {
-  auto results = run_ranks(2, [](int rank, int world) {
+  auto results = run_ranks(
+      2,
+      [](int rank, int world) {
     init();
     train(rank, world, [](auto& ddp_model) {
       ddp_model->register_comm_hook([](ddp::GradBucket& bucket) {
@@ -107,12 +108,14 @@ TEST(CommHookAsan, AContinuationReadingTheHooksLocalIsReported) {
       });
     });
     ADD_FAILURE() << "the dangling continuation was not reported";
-  }, {.expect_success = false});
+      },
+      {.expect_success = false});
   if (is_rank_process()) return;
   for (const auto& r : results) {
     EXPECT_FALSE(r.ok());
     EXPECT_NE(r.output.find("ERROR: AddressSanitizer: stack-use-after-return"), std::string::npos)
-        << "rank " << r.rank << ":\n" << r.output.substr(0, 4000);
+        << "rank " << r.rank << ":\n"
+        << r.output.substr(0, 4000);
   }
 }
 
