@@ -23,6 +23,7 @@
 #include <string>
 #include <string_view>
 
+#include "ddp/detail/settings.h"
 #include "ddp/types.h"
 
 namespace ddp {
@@ -91,7 +92,8 @@ struct BackendContext {
   int rank = 0;
   int size = 1;
   std::chrono::milliseconds timeout = kDefaultTimeout;
-  std::string master_addr;  // the job's master host, to pick the interface that reaches it
+  std::string master_addr;    // the job's master host, to pick the interface that reaches it
+  detail::Settings settings;  // the group's DDP_* settings (ddp/detail/settings.h)
 };
 
 using BackendFactory = std::function<std::unique_ptr<Backend>(const BackendContext&)>;

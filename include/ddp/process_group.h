@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,9 @@ struct ProcessGroupOptions {
   std::string name = "world";                           // shown in errors; keys the store
   std::vector<int> global_ranks;                        // global rank of each group rank; empty: the identity
   std::string master_addr;  // the host the job's store runs on (picks the network interface)
+  // The DDP_* settings (ddp/detail/settings.h); when empty, read from the environment as the group
+  // is made. A test or a program sets them per group here instead of per process.
+  std::optional<detail::Settings> settings;
 };
 
 class ProcessGroup {
@@ -67,6 +71,8 @@ class ProcessGroup {
   // GPU). The LibTorch front stages other devices' tensors through host memory.
   bool accepts(const Device& device) const;
   std::chrono::milliseconds timeout() const;
+  // The DDP_* settings it was made with (ProcessGroupOptions::settings).
+  const detail::Settings& settings() const;
   // Applies to operations issued afterwards.
   void set_timeout(std::chrono::milliseconds timeout);
   // The global rank of group rank `rank`.

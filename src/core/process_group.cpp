@@ -46,6 +46,7 @@ struct ProcessGroup::State {
   std::uint64_t last_words = 0;      // its note for the peers should the process end (flight/last_words)
   FlightRecorder* flight = nullptr;  // the process's flight recorder
   std::uint32_t flight_group = 0;    // this group's index in it
+  detail::Settings settings;         // its DDP_* settings, read once as it was made
 
   std::mutex issue_mutex;  // orders sequence numbers, p2p posts and the switch to "broken"
   std::uint64_t next_seq = 0;
@@ -82,7 +83,7 @@ struct ProcessGroup::State {
     try {
       const auto deadline = started + timeout();
       Backend& backend = backends->for_op(op);
-      if (detail::debug_checks_enabled() && size > 1) {
+      if (settings.debug && size > 1) {
         detail::check_agreement(backends->host() ? *backends->host() : backend, op, deadline);  // host fingerprints
       }
       if (op.agreed_count() > 0 || op.type == OpType::Barrier) detail::execute(backend, op, deadline);
@@ -250,6 +251,9 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const std::string& backend, s
   }
   auto& flight = FlightRecorder::instance();  // first: a bad DDP_FLIGHT_RECORDER fails before any waiting
   auto state = std::make_shared<State>();
+  state->settings = options.settings ? *options.settings : detail::process_settings();
+  state->settings.check();
+  state->settings.log_warnings();
   state->name = options.name;
   state->rank = rank;
   state->size = size;
@@ -306,8 +310,12 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const std::string& backend, s
     });
     for (const auto& choice : choices) {  // each device type's backend under keys of its own
       const std::string prefix = choice.device ? cat("backend/", detail::device_type_name(*choice.device)) : "backend";
-      BackendContext context{std::make_shared<PrefixStore>(prefix, state->store), rank, size, options.timeout,
-                             options.master_addr};
+      BackendContext context{std::make_shared<PrefixStore>(prefix, state->store),
+                             rank,
+                             size,
+                             options.timeout,
+                             options.master_addr,
+                             state->settings};
       backends.push_back(detail::find_backend(choice.backend)(context));
     }
     state->backends = std::make_unique<detail::BackendSet>(choices, std::move(backends));
@@ -344,6 +352,8 @@ const std::string& ProcessGroup::name() const { return state_->name; }
 std::string_view ProcessGroup::backend_name() const { return state_->backends->name(); }
 bool ProcessGroup::accepts(const Device& device) const { return state_->backends->accepts(device); }
 std::chrono::milliseconds ProcessGroup::timeout() const { return state_->timeout(); }
+
+const detail::Settings& ProcessGroup::settings() const { return state_->settings; }
 
 std::shared_ptr<void> ProcessGroup::allocate_shared_memory(std::size_t bytes) {
   if (bytes == 0) throw InvalidArgument("allocate_shared_memory: the size is 0; ask for at least one byte");

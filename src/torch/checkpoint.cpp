@@ -19,6 +19,7 @@
 #include "ddp/distributed.h"
 #include "ddp/error.h"
 #include "ddp/detail/log.h"
+#include "ddp/detail/settings.h"
 #include "ddp/detail/strings.h"
 
 namespace ddp {
@@ -101,12 +102,12 @@ std::string read_payload(const std::string& path) {
   return payload;
 }
 
-// Under ddprun, DDP_CHECKPOINT_RECORD names a file where the launcher looks for the last
-// checkpoint when the job is stopped, to say where it can resume. Not being able to write it
-// costs only that sentence, so it is logged, not thrown.
-void record_for_launcher(std::int64_t step, const std::string& path) {
-  const char* record = std::getenv("DDP_CHECKPOINT_RECORD");
-  if (!record || !*record) return;
+// Under ddprun, DDP_CHECKPOINT_RECORD (`record`: the group's settings, or the process's without
+// a group) names a file where the launcher looks for the last checkpoint when the job is stopped,
+// to say where it can resume. Not being able to write it costs only that sentence, so it is
+// logged, not thrown.
+void record_for_launcher(const std::string& record, std::int64_t step, const std::string& path) {
+  if (record.empty()) return;
   std::error_code ignored;
   const auto absolute = std::filesystem::absolute(path, ignored);
   try {
@@ -185,7 +186,8 @@ std::string Checkpoints::save(std::int64_t step, const std::function<void(torch:
       auto files = list();
       for (std::size_t i = static_cast<std::size_t>(options_.keep); i < files.size(); ++i) ::unlink(files[i].c_str());
       remove_stale_temporaries();
-      record_for_launcher(step, path);
+      record_for_launcher(g ? g->settings().checkpoint_record : detail::process_settings().checkpoint_record, step,
+                          path);
     } catch (...) {
       failure = std::current_exception();
     }

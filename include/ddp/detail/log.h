@@ -1,5 +1,6 @@
 // Logging to stderr, one whole line per call (never interleaved mid-line with other threads).
-// DDP_LOG_LEVEL=debug|info|warn|error|off chooses what is printed (default: warn).
+// DDP_LOG_LEVEL=debug|info|warn|error|off chooses what is printed (default: warn; settings.h,
+// where set_log_level changes it).
 #pragma once
 
 #include <string>

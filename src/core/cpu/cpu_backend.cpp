@@ -121,7 +121,7 @@ std::string rank_zeros(const BackendContext& ctx, const std::string& key, std::s
 }  // namespace
 
 std::unique_ptr<Backend> make_cpu_backend(const BackendContext& ctx) {
-  const shm::Tuning tuning = shm::Tuning::from_env();
+  const shm::Tuning& tuning = ctx.settings.shm;
   const auto deadline = std::chrono::steady_clock::now() + ctx.timeout;
   const shm::Identity me{tuning.enabled, ::getpid(),
                          tuning.host_id.empty() ? shm::local_host_identity() : tuning.host_id,
@@ -165,8 +165,12 @@ std::unique_ptr<Backend> make_cpu_backend(const BackendContext& ctx) {
   std::unique_ptr<Backend> across;
   if (!plan.single_host() && (striped || plan.local == 0)) {
     const std::string prefix = striped ? "lane" + std::to_string(plan.local) : "leaders";
-    BackendContext across_ctx{std::make_shared<PrefixStore>(prefix, ctx.store), plan.host,
-                              static_cast<int>(plan.hosts.size()), ctx.timeout, ctx.master_addr};
+    BackendContext across_ctx{std::make_shared<PrefixStore>(prefix, ctx.store),
+                              plan.host,
+                              static_cast<int>(plan.hosts.size()),
+                              ctx.timeout,
+                              ctx.master_addr,
+                              ctx.settings};
     GlooPlacement across_placement = placement;
     for (const auto& ranks : plan.hosts) across_placement.group_ranks.push_back(ranks[striped ? plan.local : 0]);
     across = make_gloo_backend(across_ctx, across_placement, doubling_bytes);

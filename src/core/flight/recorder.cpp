@@ -15,6 +15,7 @@
 #include "flight/signal_dumps.h"
 #include "ddp/detail/socket.h"
 #include "ddp/detail/log.h"
+#include "ddp/detail/settings.h"
 
 namespace ddp::detail {
 namespace {
@@ -32,14 +33,16 @@ FlightRecorder* g_process = nullptr;
 FlightRecorder& FlightRecorder::instance() {
   static std::once_flag once;  // an exception leaves it unset: the next call tries again
   std::call_once(once, [] {
-    const auto env = process_env();
-    g_process = new FlightRecorder(flight_capacity(env), flight_dir(env, ::getuid(), ::getpid()));
+    const Settings settings = process_settings();
+    settings.check();
+    g_process = new FlightRecorder(settings.flight_capacity, flight_dir(process_env(), ::getuid(), ::getpid()),
+                                   settings.job_id);
   });
   return *g_process;
 }
 
-FlightRecorder::FlightRecorder(std::size_t capacity, std::string dir)
-    : capacity_(capacity), dir_(std::move(dir)), ring_(capacity) {}
+FlightRecorder::FlightRecorder(std::size_t capacity, std::string dir, std::string job)
+    : capacity_(capacity), dir_(std::move(dir)), job_(std::move(job)), ring_(capacity) {}
 
 std::uint32_t FlightRecorder::add_group(const std::string& name, int rank, std::vector<int> global_ranks) {
   bool first = false;
@@ -152,7 +155,7 @@ FlightDump FlightRecorder::snapshot(const std::string& reason) const {
   const auto env = process_env();
   dump.pid = ::getpid();
   dump.host = local_hostname();
-  dump.job = flight_job(env);
+  dump.job = job_;
   const auto restart = env("TORCHELASTIC_RESTART_COUNT");
   dump.restart = static_cast<int>(std::clamp<std::int64_t>(restart ? parse_int(*restart).value_or(0) : 0, 0, 1 << 30));
   dump.time_ns = wall_ns();

@@ -29,14 +29,15 @@ class FlightRecorder {
     std::uint64_t id = 0;
   };
 
-  // The process's recorder, with DDP_FLIGHT_RECORDER's capacity and flight_dir()'s folder. Its
+  // The process's recorder, with the process's settings' capacity and job (DDP_FLIGHT_RECORDER,
+  // DDP_JOB_ID: read once, when it is made) and flight_dir()'s folder. Its
   // first call throws InvalidArgument when DDP_FLIGHT_RECORDER is not a valid number (and later
   // calls try again). Never destroyed.
   static FlightRecorder& instance();
 
   // `capacity` 0: off (every call does nothing, dumps hold no entries). `dir`: where write() puts
   // the dump, named after the process's global rank (known from its first group).
-  FlightRecorder(std::size_t capacity, std::string dir);
+  FlightRecorder(std::size_t capacity, std::string dir, std::string job = "");
   FlightRecorder(const FlightRecorder&) = delete;
   FlightRecorder& operator=(const FlightRecorder&) = delete;
 
@@ -91,6 +92,7 @@ class FlightRecorder {
 
   const std::size_t capacity_;
   const std::string dir_;
+  const std::string job_;  // the job id its dumps carry
   mutable std::mutex mutex_;
   std::mutex write_mutex_;  // one write() at a time
   std::vector<Slot> ring_;

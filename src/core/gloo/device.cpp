@@ -17,14 +17,12 @@ namespace ddp::detail {
 namespace {
 
 // The address or interface Gloo listens on (see make_gloo_backend).
-gloo::transport::tcp::attr device_attr(const std::string& master_addr, const GlooPlacement& placement) {
+gloo::transport::tcp::attr device_attr(const std::string& master_addr, const std::string& ifname,
+                                       const GlooPlacement& placement) {
   gloo::transport::tcp::attr attr;
-  for (const char* name : {"DDP_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"}) {
-    const char* iface = std::getenv(name);
-    if (iface && *iface) {
-      attr.iface = iface;
-      return attr;
-    }
+  if (!ifname.empty()) {
+    attr.iface = ifname;
+    return attr;
   }
   if (!master_addr.empty()) {
     if (is_loopback_host(master_addr)) {
@@ -66,13 +64,14 @@ void ignore_sigpipe() {
 }  // namespace
 
 // One device (one I/O thread) per interface, shared by every group of the process.
-std::shared_ptr<gloo::transport::Device> shared_device(const std::string& master_addr, const GlooPlacement& placement) {
+std::shared_ptr<gloo::transport::Device> shared_device(const std::string& master_addr, const std::string& ifname,
+                                                       const GlooPlacement& placement) {
   check_gloo_binding();  // before any call could land in another process-wide Gloo
   ignore_sigpipe();
   explain_gloo_terminations();  // the one thread of each device: an exception there ends the process
   static std::mutex mutex;
   static std::map<std::string, std::shared_ptr<gloo::transport::Device>> devices;
-  auto attr = device_attr(master_addr, placement);
+  auto attr = device_attr(master_addr, ifname, placement);
   const std::string key = attr.iface.empty() ? "host:" + attr.hostname : "iface:" + attr.iface;
   std::lock_guard lock(mutex);
   auto& device = devices[key];

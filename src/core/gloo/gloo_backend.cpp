@@ -75,7 +75,7 @@ class GlooBackend final : public Backend {
         doubling_(recursive_doubling(ctx.rank, ctx.size)),
         doubling_bytes_(doubling_bytes),
         group_ranks_(placement.group_ranks) {
-    auto device = shared_device(ctx.master_addr, placement);
+    auto device = shared_device(ctx.master_addr, ctx.settings.socket_ifname, placement);
     auto context = std::make_shared<gloo::rendezvous::Context>(ctx.rank, ctx.size);
     context->setTimeout(ctx.timeout);
     GlooStore store(*ctx.store);

@@ -49,14 +49,4 @@ void check_agreement(Backend& backend, const Op& op, Backend::Deadline deadline)
   }
 }
 
-bool debug_checks_enabled() {
-  static const bool enabled = [] {
-    const char* value = std::getenv("DDP_DEBUG");
-    if (!value) return false;
-    std::string_view v = value;
-    return !v.empty() && v != "0" && v != "OFF" && v != "off";
-  }();
-  return enabled;
-}
-
 }  // namespace ddp::detail

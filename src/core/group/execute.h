@@ -10,11 +10,8 @@ namespace ddp::detail {
 // Runs a collective (not send/recv) on `backend`.
 void execute(Backend& backend, const Op& op, Backend::Deadline deadline);
 
-// Debug mode (DDP_DEBUG=1): exchanges every rank's fingerprint of `op` and throws MismatchError
+// Debug mode (the group's settings: DDP_DEBUG=1): exchanges every rank's fingerprint of `op` and throws MismatchError
 // listing what each rank called when they differ.
 void check_agreement(Backend& backend, const Op& op, Backend::Deadline deadline);
-
-// Whether DDP_DEBUG asks for the agreement check (read once).
-bool debug_checks_enabled();
 
 }  // namespace ddp::detail

@@ -48,8 +48,9 @@ std::shared_ptr<ProcessGroup> require(const std::shared_ptr<ProcessGroup>& group
   return world().group;
 }
 
-std::shared_ptr<Store> make_store(const detail::InitMethod& method, const detail::LaunchEnv& env, int rank,
-                                  std::chrono::milliseconds timeout, int generation, std::string& master_addr) {
+std::shared_ptr<Store> make_store(const detail::InitMethod& method, const detail::LaunchEnv& env,
+                                  const detail::Settings& settings, int rank, std::chrono::milliseconds timeout,
+                                  int generation, std::string& master_addr) {
   if (method.kind == detail::InitMethod::Kind::File) {
     auto store = std::make_shared<FileStore>(method.path);
     store->set_timeout(timeout);
@@ -80,7 +81,7 @@ std::shared_ptr<Store> make_store(const detail::InitMethod& method, const detail
   // sets nothing and hosts a PyTorch TCPStore. Otherwise rank 0 hosts a ddp store.
   const bool launcher_store = method.kind == detail::InitMethod::Kind::Env && env.use_agent_store;
   options.is_server = rank == 0 && !launcher_store;
-  if (launcher_store) options.protocol = agent_store_protocol(detail::process_env()("DDP_STORE_PROTOCOL"));
+  if (launcher_store) options.protocol = agent_store_protocol(settings.store_protocol);
   // Rank 0's store lives as long as this init: a rank that re-initializes quickly must not join
   // the previous store while rank 0 is still tearing it down.
   if (!launcher_store) options.generation = static_cast<std::uint64_t>(generation) + 1;
@@ -100,6 +101,7 @@ void init_process_group(const std::string& backend_name, InitOptions options) {
   }
   try {
     const auto env = detail::read_launch_env(detail::process_env());
+    const detail::Settings settings = options.settings ? *options.settings : detail::process_settings();
     const auto method = detail::parse_init_method(options.init_method);
     if (options.timeout <= std::chrono::milliseconds(0)) {
       throw InvalidArgument(cat("the timeout must be positive, got ", options.timeout.count(), " ms"));
@@ -128,13 +130,16 @@ void init_process_group(const std::string& backend_name, InitOptions options) {
 
     std::shared_ptr<Store> store = options.store;
     std::string master_addr = env.master_addr;
-    if (!store && world_size > 1) store = make_store(method, env, rank, options.timeout, w.generation, master_addr);
+    if (!store && world_size > 1) {
+      store = make_store(method, env, settings, rank, options.timeout, w.generation, master_addr);
+    }
     if (store) {
       // Keys of an earlier attempt (a restart) or an earlier init in this process stay apart.
       store = std::make_shared<PrefixStore>(cat("ddp/", env.restart_count, "/", w.generation), store);
     }
-    auto group = ProcessGroup::create(backend, store, rank, world_size,
-                                      {.timeout = options.timeout, .name = "world", .master_addr = master_addr});
+    auto group = ProcessGroup::create(
+        backend, store, rank, world_size,
+        {.timeout = options.timeout, .name = "world", .master_addr = master_addr, .settings = settings});
     w.group = std::move(group);
     w.store = std::move(store);
     w.backend = backend;
@@ -201,7 +206,8 @@ std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks, std::opti
   const auto options = ProcessGroupOptions{.timeout = timeout.value_or(world_group->timeout()),
                                            .name = name,
                                            .global_ranks = members,
-                                           .master_addr = w.master_addr};
+                                           .master_addr = w.master_addr,
+                                           .settings = world_group->settings()};
   const std::string group_backend = backend.empty() ? w.backend : backend;
   lock.unlock();  // joining waits for the other members
   return ProcessGroup::create(group_backend, store, my_rank, static_cast<int>(members.size()), options);

@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "ddp/error.h"
+#include "ddp/detail/settings.h"
 #include "store/connection.h"
 #include "ddp/detail/strings.h"
 
@@ -13,13 +14,7 @@ namespace ddp {
 using detail::cat;
 using detail::Clock;
 
-std::string default_job_id() {
-  for (const char* name : {"DDP_JOB_ID", "TORCHELASTIC_RUN_ID"}) {
-    const char* value = std::getenv(name);
-    if (value && *value) return value;
-  }
-  return {};
-}
+std::string default_job_id() { return detail::process_settings().job_id; }
 
 std::string_view to_string(StoreProtocol protocol) { return protocol == StoreProtocol::Ddp ? "ddp" : "torch"; }
 

@@ -2,30 +2,14 @@
 
 #include <unistd.h>
 
-#include <cstdlib>
 #include <ctime>
 #include <string_view>
 
+#include "ddp/detail/settings.h"
+
 namespace ddp::detail {
-namespace {
 
-LogLevel configured_level() {
-  const char* value = std::getenv("DDP_LOG_LEVEL");
-  if (!value) return LogLevel::Warn;
-  const std::string_view v = value;
-  if (v == "debug" || v == "DEBUG") return LogLevel::Debug;
-  if (v == "info" || v == "INFO") return LogLevel::Info;
-  if (v == "error" || v == "ERROR") return LogLevel::Error;
-  if (v == "off" || v == "OFF") return LogLevel::Off;
-  return LogLevel::Warn;
-}
-
-}  // namespace
-
-bool log_enabled(LogLevel level) {
-  static const LogLevel threshold = configured_level();
-  return level >= threshold;
-}
+bool log_enabled(LogLevel level) { return level >= log_level(); }
 
 void log_line(LogLevel level, const std::string& message) {
   static constexpr const char* kNames[] = {"D", "I", "W", "E"};

@@ -82,11 +82,11 @@ void check_devices(const ModuleState& state, const DDPOptions& options) {
   }
 }
 
-// Under ddprun, DDP_STRAGGLER_REPORT names the file where the launcher finds the last report for
-// its summary. Not being able to write it costs only that line, so it is logged, not thrown.
-void tell_launcher(const std::string& text) {
-  const char* path = std::getenv("DDP_STRAGGLER_REPORT");
-  if (!path || !*path) return;
+// Under ddprun, DDP_STRAGGLER_REPORT (`path`, from the group's settings) names the file where the
+// launcher finds the last report for its summary. Not being able to write it costs only that
+// line, so it is logged, not thrown.
+void tell_launcher(const std::string& path, const std::string& text) {
+  if (path.empty()) return;
   try {
     write_file_atomically(path, text + "\n");
   } catch (const std::exception& e) {
@@ -116,7 +116,7 @@ class DDPCore::Impl {
     states_ = state.params;
     states_.insert(states_.end(), buffers_.begin(), buffers_.end());
     device_ = state.params.front().device();
-    timeline_ = Timeline::from_env(group_->rank());
+    timeline_ = Timeline::open(group_->settings().timeline, group_->rank());
     reducer_ = std::make_unique<Reducer>(group_, std::move(state.params), std::move(state.names), options_,
                                          timeline_.get(), clock_);
   }
@@ -174,7 +174,7 @@ class DDPCore::Impl {
                        static_cast<std::int64_t>(w.steps), w.forward, w.backward, w.bucket_wait, w.outside});
     }
     StragglerReport report = make_straggler_report(std::move(ranks));
-    if (group_->rank() == 0) tell_launcher(report.text);
+    if (group_->rank() == 0) tell_launcher(group_->settings().straggler_report, report.text);
     return report;
   }
 

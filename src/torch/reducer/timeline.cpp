@@ -1,6 +1,5 @@
 #include "reducer/timeline.h"
 
-#include <cstdlib>
 #include <cstring>
 
 #include "ddp/error.h"
@@ -8,10 +7,9 @@
 
 namespace ddp::detail {
 
-std::unique_ptr<Timeline> Timeline::from_env(int rank) {
-  const char* value = std::getenv("DDP_TIMELINE");
-  if (!value || !*value) return nullptr;
-  std::string path = value;
+std::unique_ptr<Timeline> Timeline::open(const std::string& setting, int rank) {
+  if (setting.empty()) return nullptr;
+  std::string path = setting;
   const auto at = path.find("{rank}");
   if (at != std::string::npos) {
     path.replace(at, 6, std::to_string(rank));

@@ -17,9 +17,9 @@ class Timeline {
   using Clock = std::chrono::steady_clock;
   enum Lane { kCompute = 1, kCommunication = 2 };
 
-  // The timeline DDP_TIMELINE asks for, or null. "{rank}" in the path is replaced by the rank;
-  // without it, ".rank<N>.json" is appended.
-  static std::unique_ptr<Timeline> from_env(int rank);
+  // The timeline `setting` (the group's DDP_TIMELINE) asks for, or null when it is empty. "{rank}"
+  // in the path is replaced by the rank; without it, ".rank<N>.json" is appended.
+  static std::unique_ptr<Timeline> open(const std::string& setting, int rank);
   Timeline(const std::string& path, int rank);
   ~Timeline();
 

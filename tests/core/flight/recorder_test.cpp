@@ -9,6 +9,7 @@
 
 #include "ddp/error.h"
 #include "ddp/detail/flight_config.h"
+#include "ddp/detail/settings.h"
 #include "support/expect_error.h"
 #include "support/launch.h"
 
@@ -132,14 +133,19 @@ EnvLookup env_of(std::map<std::string, std::string> vars) {
 }
 
 TEST(FlightRecorderConfig, CapacityComesFromTheVariableAndBadValuesAreNamed) {
-  EXPECT_EQ(flight_capacity(env_of({})), kDefaultFlightCapacity);
-  EXPECT_EQ(flight_capacity(env_of({{"DDP_FLIGHT_RECORDER", ""}})), kDefaultFlightCapacity);
-  EXPECT_EQ(flight_capacity(env_of({{"DDP_FLIGHT_RECORDER", "0"}})), 0u);
-  EXPECT_EQ(flight_capacity(env_of({{"DDP_FLIGHT_RECORDER", "100000"}})), 100000u);
+  const auto capacity = [](std::map<std::string, std::string> vars) {
+    const Settings settings = read_settings(env_of(std::move(vars)));
+    settings.check();
+    return settings.flight_capacity;
+  };
+  EXPECT_EQ(capacity({}), kDefaultFlightCapacity);
+  EXPECT_EQ(capacity({{"DDP_FLIGHT_RECORDER", ""}}), kDefaultFlightCapacity);
+  EXPECT_EQ(capacity({{"DDP_FLIGHT_RECORDER", "0"}}), 0u);
+  EXPECT_EQ(capacity({{"DDP_FLIGHT_RECORDER", "100000"}}), 100000u);
   for (const char* bad : {"lots", "-1", "100001", "1e3"}) {
     expect_error<InvalidArgument>(
         [&] {
-      flight_capacity(env_of({{"DDP_FLIGHT_RECORDER", bad}}));
+      capacity({{"DDP_FLIGHT_RECORDER", bad}});
         },
         {"DDP_FLIGHT_RECORDER=\"", bad, "is not a number of operations from 0 to 100000", "0 to turn it off"});
   }

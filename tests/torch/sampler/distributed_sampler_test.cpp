@@ -18,6 +18,7 @@
 #include "ddp/distributed.h"
 #include "ddp/error.h"
 #include "ddp/torch/distributed_sampler.h"
+#include "ddp/detail/settings.h"
 #include "sampler/sampler_warnings.h"
 #include "support/multiprocess.h"
 
@@ -140,7 +141,7 @@ TEST(DistributedSampler, SameOrderInEveryProcess) {
 }
 
 TEST(DistributedSampler, SecondPassWithoutSetEpochWarnsOncePerProcess) {
-  ::unsetenv("DDP_LOG_LEVEL");
+  detail::set_log_level(detail::LogLevel::Warn);
   detail::reset_sampler_warnings_for_testing();
   DistributedSampler sampler(40, {.num_replicas = 2, .rank = 0});
   auto loader = make_loader(40, sampler, 8);
@@ -186,8 +187,7 @@ TEST(DistributedSampler, NoWarningWithoutShuffle) {
   detail::reset_sampler_warnings_for_testing();
 }
 
-// DDP_LOG_LEVEL is read at a process's first log line, so this runs in a process that starts
-// with it (in this one another test may have logged first).
+// DDP_LOG_LEVEL is read when a process starts, so this runs in a process that starts with it.
 TEST(DistributedSampler, NoWarningWhenSilenced) {
   test::RunOptions options;
   options.set_launch_env = false;
