@@ -19,9 +19,8 @@
 //   ddp_model->register_comm_hook([](ddp::GradBucket& bucket) {
 //     at::Tensor wire = bucket.buffer().to(at::kBFloat16);
 //     auto work = ddp::all_reduce_async(wire, ddp::ReduceOp::AVG, bucket.process_group());
-//     return std::make_shared<ddp::Future>(work, wire, [buffer = bucket.buffer()](at::Tensor wire) mutable {
-//       return buffer.copy_(wire);
-//     });
+//     return std::make_shared<ddp::Future>(
+//         work, wire, [buffer = bucket.buffer()](at::Tensor wire) mutable { return buffer.copy_(wire); });
 //   });
 //
 // (tests/torch/ddp/asan/comm_hook_asan_test.cpp runs these two under AddressSanitizer.) Hooks run
