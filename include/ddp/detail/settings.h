@@ -102,17 +102,17 @@ inline constexpr std::size_t kDefaultFlightCapacity = 2048;
 inline constexpr std::size_t kMaxFlightCapacity = 100000;  // about 15 MB of dump
 
 struct Settings {
-  LogLevel log_level = LogLevel::Warn;             // DDP_LOG_LEVEL
-  bool debug = false;                              // DDP_DEBUG
-  ShmSettings shm;                                 // DDP_SHM, DDP_SHM_*, DDP_GLOO_DOUBLING_BYTES
-  std::string socket_ifname;                       // DDP_SOCKET_IFNAME, else GLOO_SOCKET_IFNAME; "": by route
+  LogLevel log_level = LogLevel::Warn;                   // DDP_LOG_LEVEL
+  bool debug = false;                                    // DDP_DEBUG
+  ShmSettings shm;                                       // DDP_SHM, DDP_SHM_*, DDP_GLOO_DOUBLING_BYTES
+  std::string socket_ifname;                             // DDP_SOCKET_IFNAME, else GLOO_SOCKET_IFNAME; "": by route
   std::size_t flight_capacity = kDefaultFlightCapacity;  // DDP_FLIGHT_RECORDER; 0: off
-  std::string flight_dir;                          // DDP_FLIGHT_RECORDER_DIR; "": flight_config.h's default
-  std::string job_id;                              // DDP_JOB_ID, else TORCHELASTIC_RUN_ID
-  std::optional<std::string> store_protocol;       // DDP_STORE_PROTOCOL (agent_store_protocol reads it)
-  std::string timeline;                            // DDP_TIMELINE
-  std::string straggler_report;                    // DDP_STRAGGLER_REPORT
-  std::string checkpoint_record;                   // DDP_CHECKPOINT_RECORD
+  std::string flight_dir;                                // DDP_FLIGHT_RECORDER_DIR; "": flight_config.h's default
+  std::string job_id;                                    // DDP_JOB_ID, else TORCHELASTIC_RUN_ID
+  std::optional<std::string> store_protocol;             // DDP_STORE_PROTOCOL (agent_store_protocol reads it)
+  std::string timeline;                                  // DDP_TIMELINE
+  std::string straggler_report;                          // DDP_STRAGGLER_REPORT
+  std::string checkpoint_record;                         // DDP_CHECKPOINT_RECORD
   // Tuning values that were out of range and fell back to their defaults, a sentence each.
   std::vector<std::string> warnings;
   // The first value that means nothing (DDP_FLIGHT_RECORDER=abc), as an error naming the variable,

@@ -31,7 +31,8 @@ std::optional<std::int64_t> int_of(const EnvLookup& env, std::string_view name, 
   if (!raw) return std::nullopt;
   auto value = parse_int(*raw);
   if (!value || *value < min || *value > max) {
-    warnings.push_back(cat(name, "=", quote(*raw), " is not an integer from ", min, " to ", max, "; using the default"));
+    warnings.push_back(
+        cat(name, "=", quote(*raw), " is not an integer from ", min, " to ", max, "; using the default"));
     return std::nullopt;
   }
   return value;
@@ -57,7 +58,8 @@ ShmSettings shm_of(const EnvLookup& env, std::vector<std::string>& warnings) {
     s.chunk_bytes = (static_cast<std::size_t>(*v) + 4095) / 4096 * 4096;  // whole pages
   }
   if (auto v = int_of(env, "DDP_SHM_SMALL_BYTES", 0, 64 << 20, warnings)) s.small_bytes = static_cast<std::size_t>(*v);
-  if (auto v = int_of(env, "DDP_SHM_STRIPE_BYTES", 0, kTerabyte, warnings)) s.stripe_bytes = static_cast<std::size_t>(*v);
+  if (auto v = int_of(env, "DDP_SHM_STRIPE_BYTES", 0, kTerabyte, warnings))
+    s.stripe_bytes = static_cast<std::size_t>(*v);
   if (auto v = int_of(env, "DDP_SHM_STRIPE_CHUNK_BYTES", 0, kTerabyte, warnings)) {
     s.stripe_chunk_bytes = static_cast<std::size_t>(*v);
   }
@@ -95,10 +97,11 @@ Settings read_settings(const EnvLookup& env) {
     if (n && *n >= 0 && static_cast<std::size_t>(*n) <= kMaxFlightCapacity) {
       s.flight_capacity = static_cast<std::size_t>(*n);
     } else if (s.invalid.empty()) {
-      s.invalid = cat("DDP_FLIGHT_RECORDER=", quote(*v), " is not a number of operations from 0 to ", kMaxFlightCapacity,
-                      ": set it to how many of its last collectives each rank keeps for its flight recorder dump "
-                      "(default ",
-                      kDefaultFlightCapacity, "), or 0 to turn it off");
+      s.invalid =
+          cat("DDP_FLIGHT_RECORDER=", quote(*v), " is not a number of operations from 0 to ", kMaxFlightCapacity,
+              ": set it to how many of its last collectives each rank keeps for its flight recorder dump "
+              "(default ",
+              kDefaultFlightCapacity, "), or 0 to turn it off");
     }
   }
   s.flight_dir = text_of(env, "DDP_FLIGHT_RECORDER_DIR");

@@ -148,7 +148,8 @@ TEST(Settings, NoSourceReadsAVariableOutsideTheTable) {
   const auto names = table_names();
   int files = 0;
   for (const char* root : {"src", "include"}) {
-    for (const auto& entry : std::filesystem::recursive_directory_iterator(std::filesystem::path(DDP_SOURCE_DIR) / root)) {
+    for (const auto& entry :
+         std::filesystem::recursive_directory_iterator(std::filesystem::path(DDP_SOURCE_DIR) / root)) {
       const auto ext = entry.path().extension();
       if (ext != ".cpp" && ext != ".h") continue;
       ++files;
