@@ -2,7 +2,7 @@
 // read in one place, read_settings (a pure function of a variable lookup), once where they are
 // used from: each process group reads them when it is made (or takes them from its options) and
 // hands them to its backends; the log's level and the flight recorder, which serve the whole
-// process, read them once when the process starts using them. README's table of variables is
+// process, read them once, when the process first uses them. README's table of variables is
 // checked against kSettings (tests/core/util/settings_test.cpp), as is every source file: no other
 // file reads a DDP_* variable.
 #pragma once
@@ -133,8 +133,8 @@ Settings read_settings(const EnvLookup& env);
 // starts using them).
 Settings process_settings();
 
-// The level of the process's log: DDP_LOG_LEVEL when the process started, or what set_log_level
-// set since. Thread-safe.
+// The level of the process's log: DDP_LOG_LEVEL as the process's first log line found it, or what
+// set_log_level set since. Thread-safe.
 LogLevel log_level();
 void set_log_level(LogLevel level);
 

@@ -77,11 +77,9 @@ ShmSettings shm_of(const EnvLookup& env, std::vector<std::string>& warnings) {
   return s;
 }
 
-// The log's level for the whole process: read when the process starts, changed by set_log_level.
-std::atomic<LogLevel> g_log_level{[] {
-  std::vector<std::string> ignored;  // said by the groups that read the settings again
-  return log_level_of(process_env(), ignored);
-}()};
+// The log's level for the whole process, -1 until the first log line reads DDP_LOG_LEVEL (a
+// constant, so it holds before any static constructor runs); set_log_level changes it.
+std::atomic<int> g_log_level{-1};
 
 }  // namespace
 
@@ -124,8 +122,17 @@ void Settings::log_warnings() const {
   for (const auto& warning : warnings) log(LogLevel::Warn, warning);
 }
 
-LogLevel log_level() { return g_log_level.load(std::memory_order_relaxed); }
+LogLevel log_level() {
+  int level = g_log_level.load(std::memory_order_relaxed);
+  if (level < 0) {
+    std::vector<std::string> ignored;  // said by the groups, which read the settings again
+    int unread = -1;
+    g_log_level.compare_exchange_strong(unread, static_cast<int>(log_level_of(process_env(), ignored)));
+    level = g_log_level.load(std::memory_order_relaxed);
+  }
+  return static_cast<LogLevel>(level);
+}
 
-void set_log_level(LogLevel level) { g_log_level.store(level, std::memory_order_relaxed); }
+void set_log_level(LogLevel level) { g_log_level.store(static_cast<int>(level), std::memory_order_relaxed); }
 
 }  // namespace ddp::detail

@@ -187,7 +187,7 @@ TEST(DistributedSampler, NoWarningWithoutShuffle) {
   detail::reset_sampler_warnings_for_testing();
 }
 
-// DDP_LOG_LEVEL is read when a process starts, so this runs in a process that starts with it.
+// DDP_LOG_LEVEL is read at a process's first log line, so this runs in a process that starts with it.
 TEST(DistributedSampler, NoWarningWhenSilenced) {
   test::RunOptions options;
   options.set_launch_env = false;
