@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace ddp::detail {
 
@@ -43,6 +44,17 @@ Fd connect_with_retry(const std::string& host, std::uint16_t port, Clock::time_p
 // A listening socket on every address (IPv6 dual-stack, else IPv4) at `port` (0: any free port).
 // Throws IOError naming the port when it is in use.
 Fd listen_on(std::uint16_t port, int backlog = 4096);
+
+// Listening sockets that share one port (SO_REUSEPORT), as listen_on's, enough for `connections`
+// to arrive at once: the kernel spreads new connections over their accept queues, each capped at
+// net.core.somaxconn (4096 by default), and drops a SYN that finds its queue full, which costs
+// that client 1 s and then 3 s more. A port anyone listens on is still an IOError naming it.
+std::vector<Fd> listen_on_shared(std::uint16_t port, int connections);
+
+// How many accept queues of `queue_cap` connections hold `connections` (at least 1, at most
+// kMaxAcceptQueues; a cap unknown, 0 or less: the most).
+inline constexpr int kMaxAcceptQueues = 16;
+int accept_queues_for(int connections, int queue_cap);
 
 // The local port of a bound socket.
 std::uint16_t local_port(int fd);

@@ -12,7 +12,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <limits>
 #include <thread>
 
 #include "ddp/error.h"
@@ -140,42 +142,118 @@ Fd connect_with_retry(const std::string& host, std::uint16_t port, Clock::time_p
                          "firewall blocks the port."));
 }
 
-Fd listen_on(std::uint16_t port, int backlog) {
-  Fd fd(::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0));
+namespace {
+
+// A socket bound to `port` on every address: dual-stack IPv6 where the machine has it, else IPv4
+// (`family` 0 tries both; AF_INET6 or AF_INET takes that one). `share` sets SO_REUSEPORT.
+// Returns the socket, or sets `error` to the bind's errno.
+Fd bind_every_address(std::uint16_t port, bool share, int& family, int& error) {
   int one = 1, zero = 0;
-  int rc = -1;
-  if (fd) {
-    ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    ::setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
-    sockaddr_in6 addr{};
-    addr.sin6_family = AF_INET6;
-    addr.sin6_addr = in6addr_any;
-    addr.sin6_port = htons(port);
-    rc = ::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  }
-  if (rc != 0 && (!fd || errno == EAFNOSUPPORT || errno == EADDRNOTAVAIL)) {
-    fd.reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    if (!fd) throw IOError(cat("cannot create a socket: ", errno_text(errno)));
-    ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_ANY);
-    addr.sin_port = htons(port);
-    rc = ::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  }
-  if (rc != 0) {
-    if (errno == EADDRINUSE) {
-      throw IOError(cat("port ", port,
-                        " is already in use on this machine: another job, or an earlier run that "
-                        "has not exited, holds it. Choose another port (MASTER_PORT, "
-                        "--master_port) or let ddp pick a free one (port 0, ddprun --standalone)."));
+  error = 0;
+  auto bound = [&](int f) {
+    Fd fd(::socket(f, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!fd) {
+      error = errno;
+      return fd;
     }
-    throw IOError(cat("cannot bind port ", port, ": ", errno_text(errno)));
+    ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (share) ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+    sockaddr_storage addr{};
+    socklen_t len;
+    if (f == AF_INET6) {
+      ::setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+      auto* a = reinterpret_cast<sockaddr_in6*>(&addr);
+      a->sin6_family = AF_INET6;
+      a->sin6_addr = in6addr_any;
+      a->sin6_port = htons(port);
+      len = sizeof *a;
+    } else {
+      auto* a = reinterpret_cast<sockaddr_in*>(&addr);
+      a->sin_family = AF_INET;
+      a->sin_addr.s_addr = htonl(INADDR_ANY);
+      a->sin_port = htons(port);
+      len = sizeof *a;
+    }
+    if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0) {
+      error = errno;
+      fd.reset();
+    }
+    return fd;
+  };
+  if (family != AF_INET) {
+    Fd fd = bound(AF_INET6);
+    if (fd || (error != EAFNOSUPPORT && error != EADDRNOTAVAIL) || family == AF_INET6) {
+      if (fd) family = AF_INET6;
+      return fd;
+    }
   }
-  if (::listen(fd.get(), backlog) != 0) {
-    throw IOError(cat("cannot listen on port ", port, ": ", errno_text(errno)));
-  }
+  Fd fd = bound(AF_INET);
+  if (fd) family = AF_INET;
   return fd;
+}
+
+[[noreturn]] void throw_bind_error(std::uint16_t port, int error) {
+  if (error == EADDRINUSE) {
+    throw IOError(cat("port ", port,
+                      " is already in use on this machine: another job, or an earlier run that "
+                      "has not exited, holds it. Choose another port (MASTER_PORT, "
+                      "--master_port) or let ddp pick a free one (port 0, ddprun --standalone)."));
+  }
+  throw IOError(cat("cannot bind port ", port, ": ", errno_text(error)));
+}
+
+void listen_or_throw(const Fd& fd, std::uint16_t port, int backlog) {
+  if (::listen(fd.get(), backlog) != 0) throw IOError(cat("cannot listen on port ", port, ": ", errno_text(errno)));
+}
+
+// The kernel's cap on one listening socket's accept queue.
+int somaxconn() {
+  std::FILE* f = std::fopen("/proc/sys/net/core/somaxconn", "re");
+  int value = 4096;  // Linux's default since 5.4
+  if (f) {
+    if (std::fscanf(f, "%d", &value) != 1) value = 4096;
+    std::fclose(f);
+  }
+  return value;
+}
+
+}  // namespace
+
+Fd listen_on(std::uint16_t port, int backlog) {
+  int family = 0, error = 0;
+  Fd fd = bind_every_address(port, false, family, error);
+  if (!fd) throw_bind_error(port, error);
+  listen_or_throw(fd, port, backlog);
+  return fd;
+}
+
+int accept_queues_for(int connections, int queue_cap) {
+  if (queue_cap <= 0) return kMaxAcceptQueues;
+  return std::clamp((connections + queue_cap - 1) / queue_cap, 1, kMaxAcceptQueues);
+}
+
+std::vector<Fd> listen_on_shared(std::uint16_t port, int connections) {
+  const int count = accept_queues_for(connections, somaxconn());
+  // An exclusive bind first: it fails while anyone listens on the port, as listen_on does; the
+  // shared sockets take the port it got (port 0 gives a free one) once it lets go. Another process
+  // could take the port in that instant only by binding it with SO_REUSEPORT under this user:
+  // then the shared binds fail too (a free port is tried again), unless it shares on purpose.
+  for (int attempt = 0;; ++attempt) {
+    int family = 0, error = 0;
+    Fd probe = bind_every_address(port, false, family, error);
+    if (!probe) throw_bind_error(port, error);
+    const std::uint16_t chosen = local_port(probe.get());
+    probe.reset();
+    std::vector<Fd> out;
+    for (int i = 0; i < count; ++i) {
+      Fd fd = bind_every_address(chosen, true, family, error);
+      if (!fd) break;
+      listen_or_throw(fd, chosen, std::numeric_limits<int>::max());  // the kernel caps it at somaxconn
+      out.push_back(std::move(fd));
+    }
+    if (static_cast<int>(out.size()) == count) return out;
+    if (port != 0 || attempt == 3) throw_bind_error(chosen, error);
+  }
 }
 
 std::uint16_t local_port(int fd) {

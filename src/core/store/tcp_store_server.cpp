@@ -55,14 +55,15 @@ std::string describe(const sockaddr_storage& addr) {
 TCPStoreServer::Impl::Impl(std::uint16_t port, std::string job_id, std::uint64_t generation)
     : job_id_(std::move(job_id)), generation_(generation) {
   detail::raise_open_file_limit();
-  // A deep accept queue for a rendezvous storm (the kernel caps it at net.core.somaxconn).
-  listener_ = detail::listen_on(port, 65535);
-  detail::set_nonblocking(listener_.get());
-  port_ = detail::local_port(listener_.get());
+  // Accept queues for a rendezvous storm of 65,536 ranks: one queue holds net.core.somaxconn
+  // (4096 by default), and a SYN that finds its queue full costs its client a second.
+  listeners_ = detail::listen_on_shared(port, 65536);
+  for (const auto& l : listeners_) detail::set_nonblocking(l.get());
+  port_ = detail::local_port(listeners_.front().get());
   epoll_ = Fd(::epoll_create1(EPOLL_CLOEXEC));
   wake_ = Fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!epoll_ || !wake_) throw IOError(cat("store server: cannot create epoll or eventfd: ", std::strerror(errno)));
-  watch(listener_.get(), EPOLLIN);
+  for (const auto& l : listeners_) watch(l.get(), EPOLLIN);
   watch(wake_.get(), EPOLLIN);
   thread_ = std::thread([this] { run(); });
 }
@@ -105,8 +106,8 @@ void TCPStoreServer::Impl::run() {
     if (accepting_) accept_all();
     for (int i = 0; i < n; ++i) {
       const int fd = events[i].data.fd;
-      if (fd == listener_.get()) {
-        accept_all();
+      if (is_listener(fd)) {
+        accept_from(fd);
       } else if (fd == wake_.get()) {
         std::uint64_t value;
         [[maybe_unused]] auto r = ::read(wake_.get(), &value, sizeof value);
@@ -129,12 +130,20 @@ int TCPStoreServer::Impl::next_timeout_ms() const {
   return static_cast<int>(std::clamp<long long>(ms + 1, 0, 60'000));
 }
 
+bool TCPStoreServer::Impl::is_listener(int fd) const {
+  return std::any_of(listeners_.begin(), listeners_.end(), [fd](const detail::Fd& l) { return l.get() == fd; });
+}
+
 void TCPStoreServer::Impl::accept_all() {
   accepting_ = false;
+  for (const auto& l : listeners_) accept_from(l.get());
+}
+
+void TCPStoreServer::Impl::accept_from(int listener) {
   for (;;) {
     sockaddr_storage addr{};
     socklen_t len = sizeof addr;
-    int fd = ::accept4(listener_.get(), reinterpret_cast<sockaddr*>(&addr), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    int fd = ::accept4(listener, reinterpret_cast<sockaddr*>(&addr), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       if (errno == EMFILE || errno == ENFILE) {

@@ -71,7 +71,9 @@ class TCPStoreServer::Impl {
   void rewatch(Client& c);
   void run();
   int next_timeout_ms() const;
-  void accept_all();
+  bool is_listener(int fd) const;
+  void accept_all();               // from every listener
+  void accept_from(int listener);  // every connection its queue holds
   void on_event(int fd, std::uint32_t events);
   // The client with that id (its fd), or null when it is gone or closed.
   Client* find(int fd);
@@ -116,8 +118,8 @@ class TCPStoreServer::Impl {
   static bool alive(const Client& c) { return c.state != State::Dead; }
 
   std::string job_id_;
-  std::uint64_t generation_ = 0;  // 0: serve clients of any generation
-  detail::Fd listener_;
+  std::uint64_t generation_ = 0;       // 0: serve clients of any generation
+  std::vector<detail::Fd> listeners_;  // one port, several accept queues (listen_on_shared)
   detail::Fd epoll_;
   detail::Fd wake_;
   std::uint16_t port_ = 0;
