@@ -9,7 +9,7 @@ example's CNN). Prints markdown tables for docs/BENCHMARKS.md. Needs root and th
 
     /usr/bin/python3 bench/run_nodes.py --build build [--nodes 2] [--ranks-per-node 2 | 2 3]
         [--rate 1gbit] [--delay 0.1ms | 0] [--rounds 3] [--min-bytes 4096] [--max-bytes 67108864 | 0] [--models mlp cnn]
-        [--powersgd-rank R] [--baseline OTHER_BUILD] [--ops all_reduce broadcast all_gather reduce_scatter]
+        [--powersgd-rank R] [--one-stream] [--baseline OTHER_BUILD] [--ops all_reduce broadcast all_gather reduce_scatter]
 
 The link's bound: whatever the algorithm, after reducing within a node each node must send (and
 receive) 2(N-1)/N of the data over its own link (reduce-scatter then all-gather among N nodes),
@@ -185,25 +185,31 @@ def step_table(args, nodes, world):
     # PyTorch's own powerSGD_hook is no column: in 1.13's DDP over gloo its ranks issue their
     # all-reduces in different orders and gloo aborts ("op.preamble.length <= op.nbytes. 4136 vs 1024").
     extra = " ddp PowerSGD r=%d | ddp PowerSGD / PyTorch DDP |" % r if r else ""
+    if args.one_stream:
+        extra += " ddp, one bucket stream | one stream / PyTorch DDP |"
     # The limit: the same loop on every rank at once without DDP (no gradients cross the link).
     print("| model | ddp (C++) | PyTorch DDP | ddp / PyTorch |" + extra + " limit: no DDP | limit / PyTorch DDP |")
-    print("|---|---|---|---|" + ("---|---|" if r else "") + "---|---|")
+    print("|---|---|---|---|" + ("---|---|" if r else "") + ("---|---|" if args.one_stream else "") + "---|---|")
     ddp_step = os.path.join(args.step_build or args.build, "bench", "ddp_step_bench")
     torch_step = ["/usr/bin/python3", os.path.join(HERE, "torch_ddp_step.py")]
     for model in args.models:
         common = ["--model", model, "--steps", str(args.steps)]
-        configs = [("ddp", [ddp_step] + common), ("torch", torch_step + common)]
+        configs = [("ddp", [ddp_step] + common, None), ("torch", torch_step + common, None)]
         if r:
-            configs.append(("ddp psgd", [ddp_step] + common + ["--comm-hook", "powersgd:%d" % r]))
-        configs.append(("limit", [ddp_step] + common + ["--no-ddp"]))
-        runs = {name: [] for name, _ in configs}
+            configs.append(("ddp psgd", [ddp_step] + common + ["--comm-hook", "powersgd:%d" % r], None))
+        if args.one_stream:
+            configs.append(("ddp one", [ddp_step] + common, {"DDP_BUCKET_STREAMS": "1"}))
+        configs.append(("limit", [ddp_step] + common + ["--no-ddp"], None))
+        runs = {name: [] for name, _, _ in configs}
         for _ in range(args.rounds):  # alternated, so that drift affects all alike
-            for name, cmd in configs:
-                runs[name].append(float(run_ranks_output(cmd, world, None, 3600, nodes)))
+            for name, cmd, env in configs:
+                runs[name].append(float(run_ranks_output(cmd, world, env, 3600, nodes)))
         m = {name: statistics.median(v) for name, v in runs.items()}
         row = "| %s | %.2f | %.2f | %.2f |" % (model, m["ddp"], m["torch"], m["ddp"] / m["torch"])
         if r:
             row += " %.2f | %.2f |" % (m["ddp psgd"], m["ddp psgd"] / m["torch"])
+        if args.one_stream:
+            row += " %.2f | %.2f |" % (m["ddp one"], m["ddp one"] / m["torch"])
         row += " %.2f | %.2f |" % (m["limit"], m["limit"] / m["torch"])
         print(row)
         sys.stdout.flush()
@@ -225,6 +231,8 @@ def main():
                         help="the collectives timed (a table each)")
     parser.add_argument("--models", nargs="*", default=["mlp", "cnn"], help="DDP step models (none: skip)")
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--one-stream", action="store_true",
+                        help="a DDP step column with DDP_BUCKET_STREAMS=1 (one bucket in flight at a time)")
     parser.add_argument("--powersgd-rank", type=int, default=0,
                         help="also time ddp's DDP step with PowerSGD at this rank")
     parser.add_argument("--baseline", help="another build dir whose all_reduce runs beside this one (before/after)")

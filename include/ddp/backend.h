@@ -84,6 +84,10 @@ class Backend {
     (void)bytes;
     return nullptr;
   }
+
+  // How many hosts the group's ranks are on, as the backend learned at setup (the same on every
+  // rank); 0 (the default) when it does not know. ProcessGroup::hosts() reports it.
+  virtual int hosts() const { return 0; }
 };
 
 // What a backend factory gets.

@@ -3,6 +3,7 @@
 // Every operation returns at once with a Work; the group runs its collectives one at a time, in
 // issue order, on a background thread, so an async call never blocks its caller (a caller that
 // will wait at once says so with Launch::OnWait and the op runs on its own thread instead).
+// twin() gives a second group of the same ranks whose operations run beside this one's.
 // Arguments are checked on the caller's thread (InvalidArgument, nothing started). Each operation
 // is bounded by the group's timeout; on failure the error names the operation, its sequence
 // number in the group, this rank, and what the other ranks were doing (read from per-rank
@@ -73,6 +74,17 @@ class ProcessGroup {
   std::chrono::milliseconds timeout() const;
   // The DDP_* settings it was made with (ProcessGroupOptions::settings).
   const detail::Settings& settings() const;
+  // How many hosts its ranks are on, as its backend for host buffers learned when the group was
+  // made (the same on every rank): 1 for a group of one; 0 when the backend does not say (nccl).
+  // Ranks with DDP_SHM_HOST_ID set count as that host.
+  int hosts() const;
+  // A second group of the same ranks, backend, timeout and settings, named "<name>~<n>" (the
+  // n-th twin of this group), with a queue, connections and sequence numbers of its own: its
+  // operations run at the same time as this group's, each group's still in issue order. DDP runs
+  // every other bucket on one where no two ranks share a host (docs/DDP.md). Collective: every
+  // rank calls it, in the same order as its other twin() calls; throws as create() does. A later
+  // set_timeout on either group applies to that group alone.
+  std::shared_ptr<ProcessGroup> twin();
   // Applies to operations issued afterwards.
   void set_timeout(std::chrono::milliseconds timeout);
   // The global rank of group rank `rank`.

@@ -39,7 +39,11 @@ struct ProcessGroup::State {
   int size = 1;
   std::vector<int> global_ranks;
   std::atomic<long long> timeout_ms{0};
-  std::shared_ptr<Store> store;                  // this group's keys
+  std::shared_ptr<Store> store;      // this group's keys
+  std::shared_ptr<Store> job_store;  // what `store` prefixes: twin() makes its groups there
+  std::string backend_spec;          // as create() was given it
+  std::string master_addr;
+  std::atomic<int> twins{0};                     // made by twin() so far
   std::unique_ptr<detail::BackendSet> backends;  // one, or one per device type
   std::unique_ptr<detail::ProgressSlot> progress;
   std::shared_ptr<detail::FailureHandler> failures;  // groups of more than one
@@ -269,6 +273,9 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const std::string& backend, s
     store = std::make_shared<HashStore>();
   }
   state->store = std::make_shared<PrefixStore>("pg/" + options.name, store);
+  state->job_store = store;
+  state->backend_spec = backend;
+  state->master_addr = options.master_addr;
   std::vector<std::unique_ptr<Backend>> backends;
   // Whether this machine can run the backends (nccl: a GPU that LOCAL_RANK names): a rank that
   // cannot says so to the others as it joins, instead of leaving them to wait for it.
@@ -354,6 +361,22 @@ bool ProcessGroup::accepts(const Device& device) const { return state_->backends
 std::chrono::milliseconds ProcessGroup::timeout() const { return state_->timeout(); }
 
 const detail::Settings& ProcessGroup::settings() const { return state_->settings; }
+
+int ProcessGroup::hosts() const {
+  if (state_->size == 1) return 1;
+  const Backend* host = state_->backends->host();
+  return host ? host->hosts() : 0;
+}
+
+std::shared_ptr<ProcessGroup> ProcessGroup::twin() {
+  const int n = ++state_->twins;
+  ProcessGroupOptions options{.timeout = timeout(),
+                              .name = cat(state_->name, "~", n),
+                              .global_ranks = state_->global_ranks,
+                              .master_addr = state_->master_addr,
+                              .settings = state_->settings};
+  return create(state_->backend_spec, state_->job_store, state_->rank, state_->size, std::move(options));
+}
 
 std::shared_ptr<void> ProcessGroup::allocate_shared_memory(std::size_t bytes) {
   if (bytes == 0) throw InvalidArgument("allocate_shared_memory: the size is 0; ask for at least one byte");

@@ -46,6 +46,7 @@ inline constexpr SettingInfo kSettings[] = {
     {"DDP_JOB_ID", "the job id a store checks (or TORCHELASTIC_RUN_ID)"},
     {"DDP_STORE_PROTOCOL", "ddp or torch: the launcher's store"},
     {"DDP_TIMELINE", "path-{rank}.json: a Chrome trace of each DDP step"},
+    {"DDP_BUCKET_STREAMS", "2 (default): two DDP buckets in flight where no two ranks share a host; 1: one"},
     {"DDP_STRAGGLER_REPORT", "set by ddprun: where rank 0 writes the straggler report"},
     {"DDP_CHECKPOINT_RECORD", "set by ddprun: where ranks record their checkpoints"},
 };
@@ -111,6 +112,7 @@ struct Settings {
   std::string job_id;                                    // DDP_JOB_ID, else TORCHELASTIC_RUN_ID
   std::optional<std::string> store_protocol;             // DDP_STORE_PROTOCOL (agent_store_protocol reads it)
   std::string timeline;                                  // DDP_TIMELINE
+  int bucket_streams = 2;                                // DDP_BUCKET_STREAMS: 1 or 2 (the group's least holds)
   std::string straggler_report;                          // DDP_STRAGGLER_REPORT
   std::string checkpoint_record;                         // DDP_CHECKPOINT_RECORD
   // Tuning values that were out of range and fell back to their defaults, a sentence each.

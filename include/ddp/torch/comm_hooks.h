@@ -57,6 +57,9 @@ class GradBucket {
   // returned by value so that a Future holds the tensor itself, never a reference to it.
   at::Tensor buffer() const { return buffer_; }
   const std::vector<at::Tensor>& parameters() const { return parameters_; }
+  // The group this bucket's communication runs on: DDP's group, or for every odd bucket its twin
+  // (ProcessGroup::twin) where no two ranks share a host, so that two buckets are in flight.
+  // Issue a bucket's collectives here, on the thread the hook or the end of backward runs on.
   const std::shared_ptr<ProcessGroup>& process_group() const { return group_; }
 
  private:

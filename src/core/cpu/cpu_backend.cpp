@@ -36,6 +36,7 @@ class CpuBackend final : public Backend {
         hierarchy_(std::move(hierarchy)) {}
 
   std::string_view name() const override { return "gloo"; }
+  int hosts() const override { return gloo_->hosts(); }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   bool accepts(const Device& device) const override { return device.is_cpu(); }
@@ -152,7 +153,7 @@ std::unique_ptr<Backend> make_cpu_backend(const BackendContext& ctx) {
     }
   }
 
-  const GlooPlacement placement{.one_network = shm::one_network(ids)};
+  const GlooPlacement placement{.one_network = shm::one_network(ids), .hosts = static_cast<int>(plan.hosts.size())};
   const std::string doubling_key = "gloo_doubling_bytes";
   const auto doubling = parse_int(rank_zeros(ctx, doubling_key, std::to_string(tuning.gloo_doubling_bytes), deadline));
   if (!doubling || *doubling < 0) throw InvalidArgument(cat("gloo: rank 0 published a malformed ", doubling_key));

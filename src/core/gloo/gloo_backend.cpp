@@ -74,7 +74,8 @@ class GlooBackend final : public Backend {
         size_(ctx.size),
         doubling_(recursive_doubling(ctx.rank, ctx.size)),
         doubling_bytes_(doubling_bytes),
-        group_ranks_(placement.group_ranks) {
+        group_ranks_(placement.group_ranks),
+        hosts_(placement.hosts) {
     auto device = shared_device(ctx.master_addr, ctx.settings.socket_ifname, placement);
     auto context = std::make_shared<gloo::rendezvous::Context>(ctx.rank, ctx.size);
     context->setTimeout(ctx.timeout);
@@ -85,6 +86,7 @@ class GlooBackend final : public Backend {
   }
 
   std::string_view name() const override { return "gloo"; }
+  int hosts() const override { return hosts_; }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
@@ -330,6 +332,7 @@ class GlooBackend final : public Backend {
   std::vector<char> work_;              // a step's message: header, this rank's values
   std::vector<char> scratch_;           // the partner's message in a step
   std::vector<int> group_ranks_;        // placement.group_ranks: names peers in errors
+  int hosts_;                           // placement.hosts
 };
 
 }  // namespace

@@ -15,6 +15,7 @@ struct GlooPlacement {
   bool one_network = false;  // every rank is in this rank's network namespace: loopback reaches them all
   // The group rank of each rank of this context, for errors (empty: the context is the group's).
   std::vector<int> group_ranks;
+  int hosts = 0;  // how many hosts the context's ranks are on (0: not known)
 };
 
 // Connects the full mesh through context.store. The address: GLOO_SOCKET_IFNAME (as PyTorch) or

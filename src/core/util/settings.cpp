@@ -107,6 +107,7 @@ Settings read_settings(const EnvLookup& env) {
   if (s.job_id.empty()) s.job_id = text_of(env, "TORCHELASTIC_RUN_ID");
   s.store_protocol = env("DDP_STORE_PROTOCOL");
   s.timeline = text_of(env, "DDP_TIMELINE");
+  if (auto v = int_of(env, "DDP_BUCKET_STREAMS", 1, 2, s.warnings)) s.bucket_streams = static_cast<int>(*v);
   s.straggler_report = text_of(env, "DDP_STRAGGLER_REPORT");
   s.checkpoint_record = text_of(env, "DDP_CHECKPOINT_RECORD");
   return s;

@@ -98,6 +98,9 @@ class Reducer {
 
   using Clock = std::chrono::steady_clock;
   std::shared_ptr<ProcessGroup> group_;
+  // Where no two ranks share a host (CPU parameters): a twin of group_ (ProcessGroup::twin) that
+  // runs every odd bucket's communication, so that two buckets are in flight. Null elsewhere.
+  std::shared_ptr<ProcessGroup> stream_;
   int world_;
   std::vector<at::Tensor> params_;
   std::vector<std::string> names_;

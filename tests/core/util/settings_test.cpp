@@ -73,6 +73,7 @@ TEST(Settings, EveryVariableOfTheTableIsRead) {
                                            {"TORCHELASTIC_RUN_ID", "r"},
                                            {"DDP_STORE_PROTOCOL", "ddp"},
                                            {"DDP_TIMELINE", "t-{rank}.json"},
+                                           {"DDP_BUCKET_STREAMS", "1"},
                                            {"DDP_STRAGGLER_REPORT", "/s"},
                                            {"DDP_CHECKPOINT_RECORD", "/c"}}));
   EXPECT_EQ(s.log_level, LogLevel::Error);
@@ -93,6 +94,7 @@ TEST(Settings, EveryVariableOfTheTableIsRead) {
   EXPECT_EQ(s.job_id, "j") << "ddp's name before torchrun's";
   EXPECT_EQ(s.store_protocol, "ddp");
   EXPECT_EQ(s.timeline, "t-{rank}.json");
+  EXPECT_EQ(s.bucket_streams, 1);
   EXPECT_EQ(s.straggler_report, "/s");
   EXPECT_EQ(s.checkpoint_record, "/c");
   EXPECT_TRUE(s.warnings.empty());

@@ -5,6 +5,7 @@
 #include "ddp/ddp.h"
 #include "models.h"
 #include "support/multiprocess.h"
+#include "support/settings.h"
 
 namespace ddp::test {
 namespace {
@@ -79,9 +80,14 @@ double run(const Scenario& s, int rank, int world, int features, Forward forward
 
 auto plain = [](auto& m, const at::Tensor& x, int, int, int) { return m->forward(x); };
 
-void run_all(int rank, int world) {
+// `own_hosts`: each rank on a host of its own (DDP_SHM_HOST_ID), where DDP runs every other bucket
+// on its group's twin, two buckets in flight (docs/DDP.md).
+void run_all(int rank, int world, bool own_hosts = false) {
   torch::set_num_threads(1);
-  init_process_group("gloo", {.timeout = 120s});
+  std::optional<detail::Settings> settings;
+  if (own_hosts) settings = settings_with([&](detail::Settings& s) { s.shm.host_id = "host" + std::to_string(rank); });
+  init_process_group("gloo", {.timeout = 120s, .settings = settings});
+  if (own_hosts) ASSERT_EQ(get_default_group()->hosts(), world);
   auto check = [&](double diff, const Scenario& s) {
     EXPECT_LE(diff, s.tolerance) << s.name << " on " << world << " ranks";
   };
@@ -114,9 +120,20 @@ void run_all(int rank, int world) {
 
 class DdpEquivalence : public ::testing::TestWithParam<int> {};
 
-TEST_P(DdpEquivalence, MatchesOneProcessOnTheWholeBatch) { run_ranks(GetParam(), run_all, {.deadline = 280s}); }
+TEST_P(DdpEquivalence, MatchesOneProcessOnTheWholeBatch) {
+  run_ranks(GetParam(), [](int rank, int world) { run_all(rank, world); }, {.deadline = 280s});
+}
 
 INSTANTIATE_TEST_SUITE_P(Ranks, DdpEquivalence, ::testing::Values(2, 3, 4),
+                         [](const auto& info) { return "world" + std::to_string(info.param); });
+
+class DdpEquivalenceAcrossHosts : public ::testing::TestWithParam<int> {};
+
+TEST_P(DdpEquivalenceAcrossHosts, MatchesOneProcessOnTheWholeBatchWithTwoBucketsInFlight) {
+  run_ranks(GetParam(), [](int rank, int world) { run_all(rank, world, true); }, {.deadline = 280s});
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, DdpEquivalenceAcrossHosts, ::testing::Values(2, 3),
                          [](const auto& info) { return "world" + std::to_string(info.param); });
 
 TEST(DdpEquivalenceAlone, AGroupOfOneTrainsLikeNoDdp) { run_all(0, 1); }

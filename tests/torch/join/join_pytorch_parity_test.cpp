@@ -22,7 +22,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-struct Config {
+struct JoinConfig {
   std::string name;
   int world;
   std::vector<int> batches;  // per rank
@@ -31,7 +31,7 @@ struct Config {
 };
 
 // As pytorch_join_peer.py's CONFIGS, in the same order (the index seeds the data).
-const std::vector<Config> kConfigs = {
+const std::vector<JoinConfig> kJoinConfigs = {
     {"w2_initial", 2, {4, 2}, true, false},      {"w2_training", 2, {4, 2}, false, false},
     {"w2_none_initial", 2, {0, 3}, true, false}, {"w3_initial", 3, {3, 0, 5}, true, false},
     {"w3_training", 3, {3, 0, 5}, false, false}, {"w3_unused_training", 3, {2, 5, 1}, false, true},
@@ -90,8 +90,8 @@ TEST_P(JoinPytorchParity, UnevenInputsEndWithPyTorchsModelAt2And3Ranks) {
     torch::set_num_threads(1);
     init_process_group("gloo", {.timeout = 60s});
     auto pair = new_group({0, 1});
-    for (std::size_t c = 0; c < kConfigs.size(); ++c) {
-      const auto& config = kConfigs[c];
+    for (std::size_t c = 0; c < kJoinConfigs.size(); ++c) {
+      const auto& config = kJoinConfigs[c];
       if (config.world == 2 && rank == 2) continue;
       auto net = model(config.with_unused);
       DistributedDataParallel ddp_model(
@@ -121,7 +121,7 @@ TEST_P(JoinPytorchParity, UnevenInputsEndWithPyTorchsModelAt2And3Ranks) {
       {.env = {{"JOIN_PARITY_DIR", dir}}});
   if (is_rank_process()) return;
   double worst = 0;
-  for (const auto& config : kConfigs) {
+  for (const auto& config : kJoinConfigs) {
     const auto theirs = read_floats(dir + "/pytorch/" + config.name + ".bin");
     for (int rank = 0; rank < config.world; ++rank) {
       const auto ours = read_floats(dir + "/ddp/" + config.name + "." + std::to_string(rank) + ".bin");
