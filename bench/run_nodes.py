@@ -9,7 +9,7 @@ example's CNN). Prints markdown tables for docs/BENCHMARKS.md. Needs root and th
 
     /usr/bin/python3 bench/run_nodes.py --build build [--nodes 2] [--ranks-per-node 2 | 2 3]
         [--rate 1gbit] [--delay 0.1ms | 0] [--rounds 3] [--min-bytes 4096] [--max-bytes 67108864 | 0] [--models mlp cnn]
-        [--powersgd-rank R] [--one-stream] [--baseline OTHER_BUILD] [--ops all_reduce broadcast all_gather reduce_scatter]
+        [--powersgd-rank R] [--one-stream] [--goodput] [--baseline OTHER_BUILD] [--ops all_reduce broadcast all_gather reduce_scatter]
 
 The link's bound: whatever the algorithm, after reducing within a node each node must send (and
 receive) 2(N-1)/N of the data over its own link (reduce-scatter then all-gather among N nodes),
@@ -110,6 +110,52 @@ def shape(ns, dev, rate, delay):
         except RuntimeError as e:
             raise SystemExit("cannot add a delay (%s): this kernel has no netem qdisc (sch_netem); "
                              "run with --delay 0 for rate-limited links without added delay" % e)
+
+
+# Both ends of one TCP connection send BYTES at once (each side's link busy both ways, as in an
+# all_reduce between two nodes); prints the seconds until both directions are done.
+GOODPUT_PEER = r"""
+import socket, sys, threading, time
+role, address, size = sys.argv[1], sys.argv[2], int(sys.argv[3])
+if role == "serve":
+    listener = socket.create_server((address, 29577))
+    print("ready", flush=True)
+    conn, _ = listener.accept()
+else:
+    conn = socket.create_connection((address, 29577))
+conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+conn.sendall(b"g")  # both ends connected: the clock starts
+assert conn.recv(1) == b"g"
+start = time.monotonic()
+block = bytes(1 << 20)
+def send():
+    left = size
+    while left > 0:
+        left -= conn.send(block[:min(left, len(block))])
+sender = threading.Thread(target=send)
+sender.start()
+got = 0
+while got < size:
+    got += len(conn.recv(1 << 20))
+sender.join()
+print("%.6f" % (time.monotonic() - start), flush=True)
+"""
+
+
+def tcp_goodput(nodes, size):
+    """Bits per second one TCP connection moves each way between node 0 and node 1 at once: the
+    most any algorithm moves over a link (what is left of the rate after each 1500-byte frame's
+    Ethernet, IP and TCP headers), the median of 3."""
+    times = []
+    for _ in range(3):
+        server = subprocess.Popen(["ip", "netns", "exec", nodes.names[1], sys.executable, "-c", GOODPUT_PEER,
+                                   "serve", SUBNET + "2", str(size)], stdout=subprocess.PIPE, text=True)
+        server.stdout.readline()
+        client = subprocess.run(["ip", "netns", "exec", nodes.names[0], sys.executable, "-c", GOODPUT_PEER,
+                                 "connect", SUBNET + "2", str(size)], capture_output=True, text=True, check=True)
+        server.wait(timeout=600)
+        times.append(float(client.stdout.split()[-1]))
+    return size * 8 / statistics.median(times)
 
 
 def remove_stale():
@@ -231,6 +277,8 @@ def main():
                         help="the collectives timed (a table each)")
     parser.add_argument("--models", nargs="*", default=["mlp", "cnn"], help="DDP step models (none: skip)")
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--goodput", action="store_true",
+                        help="first measure what one TCP connection moves each way between two nodes")
     parser.add_argument("--one-stream", action="store_true",
                         help="a DDP step column with DDP_BUCKET_STREAMS=1 (one bucket in flight at a time)")
     parser.add_argument("--powersgd-rank", type=int, default=0,
@@ -248,6 +296,10 @@ def main():
     try:
         nodes = Nodes(args.nodes, args.ranks_per_node, args.rate, args.delay)
         world = sum(nodes.sizes)
+        if args.goodput:
+            bps = tcp_goodput(nodes, 64 << 20)
+            print("\nTCP goodput between two nodes, both ways at once, 64 MB each: %.3f Gbit/s, %.1f%% of the "
+                  "links' %s" % (bps / 1e9, 100 * bps / link_bps, args.rate))
         if args.max_bytes > 0:
             for op in args.ops:
                 collective_table(args, nodes, world, link_bps, op)
