@@ -19,9 +19,9 @@ using namespace std::chrono_literals;
 // Joins the default group with this rank on the emulated host `host` (DDP_SHM_HOST_ID).
 void init_on_host(const std::string& host, bool shm = true) {
   init_process_group("gloo", {.timeout = 30s, .settings = test::settings_with([&](detail::Settings& s) {
-                                s.shm.host_id = host;
-                                s.shm.enabled = shm;
-                              })});
+                                                s.shm.host_id = host;
+                                                s.shm.enabled = shm;
+                                              })});
 }
 
 TEST(GroupHosts, CountsTheHostsItsRanksAreOnTheSameOnEveryRank) {

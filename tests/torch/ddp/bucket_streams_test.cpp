@@ -31,9 +31,9 @@ using namespace std::chrono_literals;
 // DDP_BUCKET_STREAMS=`streams`.
 void init(int rank, bool own_hosts, int streams = 2) {
   init_process_group("gloo", {.timeout = 30s, .settings = settings_with([&](detail::Settings& s) {
-                                if (own_hosts) s.shm.host_id = "host" + std::to_string(rank);
-                                s.bucket_streams = streams;
-                              })});
+                                                if (own_hosts) s.shm.host_id = "host" + std::to_string(rank);
+                                                s.bucket_streams = streams;
+                                              })});
 }
 
 template <typename Model>
