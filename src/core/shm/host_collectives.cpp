@@ -86,13 +86,20 @@ void HostCollectives::reduce_to(Buffer data, ReduceOp op, int root, Deadline dea
     const std::size_t begin = piece(count, data.dtype, me, j, length);
     // Step B: the reduced chunk goes out through this rank's other buffer (everyone is past step
     // A - 1, so that buffer is free) and, where this rank keeps the result, into its own data;
-    // an all_reduce's peers read a shared buffer's result where it is.
+    // an all_reduce's peers read a shared buffer's result where it is, and a peer whose own
+    // buffer is shared gets it written there, by the kernel's pass for the first such peer.
     const std::uint32_t b = sync_.next_step();
     char* out = through_slot ? slot(me, b) + me * layout_.chunk : nullptr;
+    const int direct = root < 0 && !out ? first_shared_peer() : -1;
+    if (direct >= 0) out = bases_[direct] + begin * e;
     if (length > 0) shm::reduce(gets_result ? base + begin * e : nullptr, out, srcs_.data(), n, length, data.dtype, op);
+    for (int q = 0; root < 0 && q < n && length > 0; ++q) {
+      if (q != me && q != direct && bases_[q]) copy_bytes(bases_[q] + begin * e, base + begin * e, length * e);
+    }
     sync_.publish(b, deadline, what);
     if (!gets_result) continue;
     sync_.wait_all(b, deadline, what);
+    if (root < 0 && mine) continue;  // every peer wrote its reduced piece into this buffer
     for (int q = 0; q < n; ++q) {
       if (q == me) continue;
       std::size_t len;
@@ -150,6 +157,13 @@ void HostCollectives::step_a(Buffer data, std::uint64_t mine, std::size_t j, Dea
   }
 }
 
+int HostCollectives::first_shared_peer() const {
+  for (int q = 0; q < size(); ++q) {
+    if (q != rank() && bases_[q]) return q;
+  }
+  return -1;
+}
+
 bool HostCollectives::find_peers(std::uint32_t step, std::uint64_t mine, std::size_t bytes, const char* what) {
   bool shared = mine != 0;
   for (int p = 0; p < size(); ++p) {
@@ -162,7 +176,7 @@ bool HostCollectives::find_peers(std::uint32_t step, std::uint64_t mine, std::si
   return shared;
 }
 
-const char* HostCollectives::peer_buffer(int peer, std::uint64_t where, std::size_t bytes, const char* what) {
+char* HostCollectives::peer_buffer(int peer, std::uint64_t where, std::size_t bytes, const char* what) {
   try {
     return buffers_->peer(peer, where, bytes);
   } catch (const Error&) {

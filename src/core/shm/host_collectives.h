@@ -20,8 +20,9 @@
 //
 // A buffer in this rank's shared memory (allocate_shared, shared_buffers.h) skips the slots on
 // the large path of all_reduce, reduce and reduce_share, and in gather_shares: its peers read its
-// chunks where they are and, in all_reduce and gather_shares, its share too; an op where any
-// rank's buffer is read so ends with one step more, after which no peer reads it.
+// chunks where they are, in gather_shares its share too, and all_reduce's peers write the shares
+// they reduced into it (for two ranks in the reduction's own pass: no copy back at all); an op
+// where any rank's buffer is read so ends with one step more, after which no peer touches it.
 #pragma once
 
 #include <chrono>
@@ -89,8 +90,10 @@ class HostCollectives {
   // After waiting for `step`: bases_ at the peers' buffers that they named shared at it (null where
   // not), `bytes` long; whether any rank's, `mine` included, is shared (the same on every rank).
   bool find_peers(std::uint32_t step, std::uint64_t mine, std::size_t bytes, const char* what);
+  // The lowest-numbered peer whose buffer of the current op is shared (bases_), or -1.
+  int first_shared_peer() const;
   // Peer `peer`'s shared buffer (SharedBuffers::peer), errors naming the peer and the op.
-  const char* peer_buffer(int peer, std::uint64_t where, std::size_t bytes, const char* what);
+  char* peer_buffer(int peer, std::uint64_t where, std::size_t bytes, const char* what);
   // The step after which no peer reads this rank's shared buffer any more.
   void release_shared(Deadline deadline, const char* what);
   char* slot(int rank, std::uint32_t step) const { return layout_.slot(segment_.data(), rank, step & 1); }
@@ -101,7 +104,7 @@ class HostCollectives {
   Sync sync_;
   std::size_t small_bytes_;
   std::vector<const void*> srcs_;   // scratch: one source per rank
-  std::vector<const char*> bases_;  // per rank, its shared buffer of the current op (null: none)
+  std::vector<char*> bases_;        // per rank, its shared buffer of the current op (null: none)
   bool shared_ = false;             // whether any rank's buffer of the current op is shared (the same on every rank)
 };
 

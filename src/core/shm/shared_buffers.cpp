@@ -129,7 +129,7 @@ std::uint64_t SharedBuffers::locate(const void* data, std::size_t bytes) const {
   return 0;
 }
 
-const char* SharedBuffers::peer(int rank, std::uint64_t where, std::size_t bytes) {
+char* SharedBuffers::peer(int rank, std::uint64_t where, std::size_t bytes) {
   const std::size_t index = static_cast<std::size_t>(where >> kOffsetBits) - 1, offset = where & kOffsetMask;
   if (index >= kRegions || !base_) {
     throw Error(cat("its step names entry ", index,
@@ -151,12 +151,12 @@ const char* SharedBuffers::peer(int rank, std::uint64_t where, std::size_t bytes
     m = {};
     const std::string path =
         cat("/proc/", pids_[static_cast<std::size_t>(rank)], "/fd/", r->fd.load(std::memory_order_relaxed));
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
     if (fd < 0) throw IOError(cat("cannot open its buffer ", path, ": ", std::strerror(errno)));
     struct stat st {};
     void* data = MAP_FAILED;
     if (::fstat(fd, &st) == 0 && static_cast<std::size_t>(st.st_size) == length) {
-      data = ::mmap(nullptr, length, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+      data = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     } else {
       errno = EINVAL;
     }

@@ -41,10 +41,11 @@ class SharedBuffers : public std::enable_shared_from_this<SharedBuffers> {
   std::uint64_t locate(const void* data, std::size_t bytes) const;
 
   // The start of peer `rank`'s buffer that it published as `where`, `bytes` long, mapped here on
-  // first use (read-only); mappings of that peer's memory freed since are dropped. Throws Error when `where` names no live allocation of that peer or runs past its
-  // end, IOError when the peer's memory cannot be mapped (messages say "its ...": the caller
-  // names the peer).
-  const char* peer(int rank, std::uint64_t where, std::size_t bytes);
+  // first use (read-write: all_reduce writes the share it reduced into its peers' buffers);
+  // mappings of that peer's memory freed since are dropped. Throws Error when `where` names no
+  // live allocation of that peer or runs past its end, IOError when the peer's memory cannot be
+  // mapped (messages say "its ...": the caller names the peer).
+  char* peer(int rank, std::uint64_t where, std::size_t bytes);
 
   // Unmaps what this rank holds of peer `rank`'s memory that the peer has freed or replaced since
   // it last looked (one load when nothing changed): the memory lives as long as any mapping of it
