@@ -3,7 +3,7 @@
 // scripts/gpu_check.sh runs it on a GPU.
 //   ddp_step_bench --model mlp|cnn|fashion|resnet50 [--no-ddp] [--steps N] [--batch B]
 //                  [--device cpu|cuda] [--backend gloo|nccl] [--comm-hook allreduce|powersgd:R] [--sync-bn]
-//                  [--bucket-view]
+//                  [--bucket-view] [--lockstep]
 // Prints "<median step ms>" on rank 0. On the CPU (the default) each rank uses one intra-op
 // thread and gloo; with --device cuda each rank uses the GPU its LOCAL_RANK names, nccl by default,
 // and every step ends with a device synchronization. --comm-hook allreduce registers the default
@@ -15,6 +15,8 @@
 // variant; run_sync_bn_step.py compares the two. --bucket-view sets gradient_as_bucket_view (the
 // gradients live in the buckets: no copy in, none out). --no-ddp at a world size above 1 is the
 // limit run_ddp_step.py sets beside DDP: every rank trains at once, with only the per-step barrier.
+// --lockstep times that barrier too (the step ends when every rank has finished it): the limit for
+// any synchronous data parallelism, whose all-reduce waits for the slowest rank's backward.
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -116,6 +118,7 @@ struct Config {
   int powersgd_rank = 0;  // > 0: the PowerSGD hook at this rank
   bool bucket_view = false;
   bool sync_bn = false;
+  bool lockstep = false;  // the barrier inside the timed step
   int steps = 30;
   int batch = 64;
   torch::Device device = torch::kCPU;
@@ -134,6 +137,7 @@ double median_step_ms(Forward forward, torch::optim::Optimizer& optimizer, const
     torch::cross_entropy_loss(forward(x), y).backward();
     optimizer.step();
     if (c.device.is_cuda()) torch::cuda::synchronize(c.device.index());
+    if (c.lockstep) ddp::barrier();
     std::chrono::duration<double, std::milli> elapsed = std::chrono::steady_clock::now() - start;
     if (i >= 5) times.push_back(elapsed.count());
   }
@@ -198,6 +202,7 @@ int main(int argc, char** argv) {
       }
     } else if (flag == "--sync-bn") c.sync_bn = true;
     else if (flag == "--bucket-view") c.bucket_view = true;
+    else if (flag == "--lockstep") c.lockstep = true;
     else {
       std::fprintf(stderr, "ddp_step_bench: unknown argument %s\n", flag.c_str());
       return 2;

@@ -6,7 +6,9 @@ per rank, one intra-op thread per rank, at several world sizes; plus, at world s
 framework's step without DDP (DDP's own overhead). With --limit, two more columns at each world
 size: ddp with gradient_as_bucket_view, and the limit: the same loop on every rank at once without
 DDP (no gradient communication, only the per-step barrier), which is what DDP's step could reach
-if communication cost nothing. Prints markdown tables for docs/BENCHMARKS.md.
+if communication cost nothing. --view-only and --default-path give the limit twice: timed on each
+rank alone, and in lockstep (timed until every rank has finished the step, as DDP's all-reduce
+waits for the slowest rank). Prints markdown tables for docs/BENCHMARKS.md.
 
     /usr/bin/python3 bench/run_ddp_step.py --build build [--worlds 1 2 4] [--rounds 3] [--limit]
         [--baseline OTHER_BUILD] [--view-only | --default-path]
@@ -26,26 +28,34 @@ from run_allreduce import run_ranks_output  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+LIMITS = (("limit: no DDP", ["--no-ddp"]), ("limit in lockstep", ["--no-ddp", "--lockstep"]))
+
+
 def against_limit(args, title, columns):
-    """`columns` ((name, binary, extra flags)) and the limit, alternated, one row per world size."""
+    """`columns` ((name, binary, extra flags)) and the two limits, alternated, one row per world
+    size: the loop without DDP timed on each rank alone, and timed until every rank has finished
+    it (--lockstep: what any synchronous data parallelism waits for, the slowest rank)."""
     for model in args.models:
         common = ["--model", model, "--steps", str(args.steps)]
         print("\n### %s against the limit, %s, batch 64 per rank (median ms of %d)\n" % (title, model, args.rounds))
-        names = [n for n, _, _ in columns] + ["limit: no DDP"]
-        print("| world size | " + " | ".join(names) + " | " + " | ".join("%s / limit" % n for n, _, _ in columns) + " |")
-        print("|---|" + "---|" * (len(names) + len(columns)))
+        names = [n for n, _, _ in columns] + [n for n, _ in LIMITS]
+        ratios = ["%s / %s" % (n, limit.split(":")[0]) for n, _, _ in columns for limit, _ in LIMITS]
+        print("| world size | " + " | ".join(names + ratios) + " |")
+        print("|---|" + "---|" * (len(names) + len(ratios)))
         for world in args.worlds:
             runs = {n: [] for n in names}
             for _ in range(args.rounds):
                 for name, binary, flags in columns:
                     runs[name].append(float(run_ranks_output([binary] + common + flags, world)))
-                runs["limit: no DDP"].append(float(run_ranks_output([columns[0][1]] + common + ["--no-ddp"], world)))
+                for name, flags in LIMITS:
+                    runs[name].append(float(run_ranks_output([columns[0][1]] + common + flags, world)))
             med = {n: statistics.median(v) for n, v in runs.items()}
             # Each ratio is the median of the rounds' own ratios: a round's columns run within
             # seconds of each other, while this VM's speed drifts by 30% over minutes.
-            ratio = {n: statistics.median(a / b for a, b in zip(runs[n], runs["limit: no DDP"])) for n, _, _ in columns}
+            ratio = [statistics.median(a / b for a, b in zip(runs[n], runs[limit]))
+                     for n, _, _ in columns for limit, _ in LIMITS]
             print("| %d | %s | %s |" % (world, " | ".join("%.2f" % med[n] for n in names),
-                                        " | ".join("%.3f" % ratio[n] for n, _, _ in columns)))
+                                        " | ".join("%.3f" % r for r in ratio)))
             sys.stdout.flush()
 
 
