@@ -103,9 +103,9 @@ class HostCollectives {
   std::shared_ptr<SharedBuffers> buffers_;  // before sync_, which takes the peers' watch
   Sync sync_;
   std::size_t small_bytes_;
-  std::vector<const void*> srcs_;   // scratch: one source per rank
-  std::vector<char*> bases_;        // per rank, its shared buffer of the current op (null: none)
-  bool shared_ = false;             // whether any rank's buffer of the current op is shared (the same on every rank)
+  std::vector<const void*> srcs_;  // scratch: one source per rank
+  std::vector<char*> bases_;       // per rank, its shared buffer of the current op (null: none)
+  bool shared_ = false;            // whether any rank's buffer of the current op is shared (the same on every rank)
 };
 
 // Rank `index`'s share of a buffer of `count` elements of `dtype` cut among `ranks`, as
