@@ -405,11 +405,13 @@ TEST(ShmSharedBuffers, APeerFindsTheBufferWhereItsOwnerPublishedIt) {
   EXPECT_EQ(peer->locate(data, 10), 0u) << "not the peer's";
   const std::uint64_t where = owner->locate(data + 100, 50);
   ASSERT_NE(where, 0u);
-  const char* seen = peer->peer(0, where, 50);
+  char* seen = peer->peer(0, where, 50);
   EXPECT_NE(seen, data + 100) << "a mapping of its own";
   EXPECT_EQ(seen[0], 42);
   data[100] = 43;  // the same memory
   EXPECT_EQ(seen[0], 43);
+  seen[49] = 44;  // writable: all_reduce writes its reduced share into its peers' buffers
+  EXPECT_EQ(data[149], 44);
   test::expect_error<Error>([&] { peer->peer(0, where, 1 << 20); }, {"is not inside a live region"});
   test::expect_error<Error>([&] { peer->peer(0, 1, 8); }, {"which has none"});
   // Freed, then the entry reused: the peer drops the old mapping for the new memory.
