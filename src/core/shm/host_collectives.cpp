@@ -93,8 +93,10 @@ void HostCollectives::reduce_to(Buffer data, ReduceOp op, int root, Deadline dea
     const int direct = root < 0 && !out ? first_shared_peer() : -1;
     if (direct >= 0) out = bases_[direct] + begin * e;
     if (length > 0) shm::reduce(gets_result ? base + begin * e : nullptr, out, srcs_.data(), n, length, data.dtype, op);
-    for (int q = 0; root < 0 && q < n && length > 0; ++q) {
-      if (q != me && q != direct && bases_[q]) copy_bytes(bases_[q] + begin * e, base + begin * e, length * e);
+    if (root < 0 && length > 0) {
+      for (int q = 0; q < n; ++q) {
+        if (q != me && q != direct && bases_[q]) copy_bytes(bases_[q] + begin * e, base + begin * e, length * e);
+      }
     }
     sync_.publish(b, deadline, what);
     if (!gets_result) continue;

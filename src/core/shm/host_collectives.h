@@ -94,7 +94,7 @@ class HostCollectives {
   int first_shared_peer() const;
   // Peer `peer`'s shared buffer (SharedBuffers::peer), errors naming the peer and the op.
   char* peer_buffer(int peer, std::uint64_t where, std::size_t bytes, const char* what);
-  // The step after which no peer reads this rank's shared buffer any more.
+  // The step after which no peer reads or writes this rank's shared buffer any more.
   void release_shared(Deadline deadline, const char* what);
   char* slot(int rank, std::uint32_t step) const { return layout_.slot(segment_.data(), rank, step & 1); }
 
