@@ -22,17 +22,13 @@
 #include "gloo/gloo_backend.h"
 #include "gloo/store_adapter.h"
 #include "reduce/reduce.h"
+#include "util/deadline.h"
 #include "ddp/detail/error_kind.h"
 #include "ddp/detail/log.h"
 #include "ddp/detail/strings.h"
 
 namespace ddp::detail {
 namespace {
-
-std::chrono::milliseconds remaining(Backend::Deadline deadline) {
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-  return std::max(left, std::chrono::milliseconds(1));
-}
 
 // Calls `fn` with a value of a C++ type as wide as `dtype` (Gloo only needs the element size).
 template <typename Fn>
@@ -194,13 +190,13 @@ class GlooBackend final : public Backend {
   Waiter post_send(Buffer data, int dst, std::uint32_t tag) override {
     std::shared_ptr<gloo::transport::UnboundBuffer> buffer = context_->createUnboundBuffer(data.data, data.bytes());
     guarded("send", Deadline::max(), [&] { buffer->send(dst, p2p_slot(tag)); });  // posting: no wait
-    return [buffer](Deadline deadline) { guarded("send", deadline, [&] { buffer->waitSend(remaining(deadline)); }); };
+    return [buffer](Deadline deadline) { guarded("send", deadline, [&] { buffer->waitSend(ms_until(deadline)); }); };
   }
 
   Waiter post_recv(Buffer data, int src, std::uint32_t tag) override {
     std::shared_ptr<gloo::transport::UnboundBuffer> buffer = context_->createUnboundBuffer(data.data, data.bytes());
     guarded("recv", Deadline::max(), [&] { buffer->recv(src, p2p_slot(tag)); });
-    return [buffer](Deadline deadline) { guarded("recv", deadline, [&] { buffer->waitRecv(remaining(deadline)); }); };
+    return [buffer](Deadline deadline) { guarded("recv", deadline, [&] { buffer->waitRecv(ms_until(deadline)); }); };
   }
 
   void abort() noexcept override {
@@ -221,7 +217,7 @@ class GlooBackend final : public Backend {
         Options opts(context_);
         fill(opts, static_cast<decltype(t)*>(nullptr));
         opts.setTag(next_tag());
-        opts.setTimeout(remaining(deadline));
+        opts.setTimeout(ms_until(deadline));
         run(opts);
       });
     });
@@ -264,7 +260,7 @@ class GlooBackend final : public Backend {
         if (sends) mine->send(step.peer, slot);
         if (receives) {
           theirs->recv(step.peer, slot);
-          theirs->waitRecv(remaining(deadline));
+          theirs->waitRecv(ms_until(deadline));
           Header theirs_header;
           std::memcpy(&theirs_header, scratch_.data(), kHeader);
           if (!(theirs_header == header)) {
@@ -273,7 +269,7 @@ class GlooBackend final : public Backend {
             // itself instead of a lost peer.
             if (sends) {
               try {
-                mine->waitSend(remaining(deadline));
+                mine->waitSend(ms_until(deadline));
               } catch (const std::exception&) {  // the mismatch is the news
               }
             }
@@ -281,7 +277,7 @@ class GlooBackend final : public Backend {
           }
         }
         // Sent before the reduction overwrites it (waitSend: the bytes are in the socket).
-        if (sends) mine->waitSend(remaining(deadline));
+        if (sends) mine->waitSend(ms_until(deadline));
         if (step.kind == DoublingStep::Receive) std::memcpy(values, theirs_values, bytes);  // the result
         if (step.kind == DoublingStep::Fold || step.kind == DoublingStep::Exchange) {
           const void* left = step.mine_first ? values : theirs_values;

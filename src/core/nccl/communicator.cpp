@@ -7,6 +7,7 @@
 #include "ddp/store.h"
 #include "ddp/detail/log.h"
 #include "ddp/detail/strings.h"
+#include "util/deadline.h"
 
 namespace ddp::detail {
 namespace {
@@ -16,10 +17,6 @@ using namespace std::chrono_literals;
 
 // How long a clean shutdown may wait for NCCL to flush before the communicator is aborted.
 constexpr auto kFinalizeGrace = 5s;
-
-std::chrono::milliseconds remaining(Communicator::Deadline deadline) {
-  return std::max(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()), 1ms);
-}
 
 // Sleeps a little longer each round: yields first (an op on NVLink completes in microseconds),
 // then sleeps from 10 us up to 1 ms, so that a long wait costs little CPU.
@@ -66,7 +63,7 @@ Communicator::Communicator(Store& store, const std::string& key, int rank, int s
     if (result != ncclSuccess) cuda::throw_nccl(result, cat(name_, ": ncclGetUniqueId"), nullptr);
     store.set(key, std::string(id.internal, sizeof id.internal));
   } else {
-    const auto left = remaining(deadline);
+    const auto left = ms_until(deadline);
     std::string value;
     try {
       value = store.get(key, left);

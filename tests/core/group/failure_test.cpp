@@ -219,6 +219,28 @@ TEST(Failures, AStoppedPeerTimesOutNamingItAndWhereItStopped) {
   if (!test::is_rank_process()) ::unlink(pid_file.c_str());
 }
 
+// Gloo's own wait and the group's deadline end together; a peer that stays connected but silent must
+// be a timeout whichever notices first (a wait given the time left rounded down ended a fraction of a
+// millisecond early, and the failure was called a lost peer).
+TEST(Failures, ASilentPeerOverGlooIsATimeoutEveryTime) {
+  test::run_ranks(
+      2,
+      [](int rank, int) {
+    init_process_group("gloo", {.timeout = 30s});
+    for (int round = 0; round < 12; ++round) {
+      auto group = new_group({0, 1}, 150ms);
+      float x = 1;
+      if (rank == 0) {
+        expect_error<TimeoutError>([&] { group->all_reduce(buffer_of(&x, 1))->wait(); },
+                                   {"all_reduce #0 (float32 x 1, SUM)", "timed out after"});
+      }
+      barrier();  // rank 1 keeps the group, connected and silent, until rank 0's op has failed
+    }
+    destroy_process_group();
+      },
+      {.env = {{"DDP_SHM", "0"}}});
+}
+
 TEST(Failures, WaitWithATimeoutSaysWhoIsLateAndTheOpGoesOn) {
   test::run_ranks(2, [](int rank, int) {
     init_process_group("gloo", {.timeout = 30s});
