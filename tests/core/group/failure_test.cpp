@@ -219,9 +219,9 @@ TEST(Failures, AStoppedPeerTimesOutNamingItAndWhereItStopped) {
   if (!test::is_rank_process()) ::unlink(pid_file.c_str());
 }
 
-// Gloo's own wait and the group's deadline end together; a peer that stays connected but silent must
-// be a timeout whichever notices first (a wait given the time left rounded down ended a fraction of a
-// millisecond early, and the failure was called a lost peer).
+// Gloo's waits are given the time left until the op's deadline, and the clock then tells a timeout
+// from a broken connection: a peer that stays connected but silent must be a timeout every time (a
+// wait given the time left rounded down ended up to a millisecond early, and was called a lost peer).
 TEST(Failures, ASilentPeerOverGlooIsATimeoutEveryTime) {
   test::run_ranks(
       2,
