@@ -17,6 +17,7 @@
 #include "shm/tuning.h"
 #include "ddp/detail/log.h"
 #include "ddp/detail/strings.h"
+#include "util/deadline.h"
 
 namespace ddp::detail {
 namespace {
@@ -115,8 +116,7 @@ std::string rank_zeros(const BackendContext& ctx, const std::string& key, std::s
     ctx.store->set(key, mine);
     return mine;
   }
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-  return ctx.store->get(key, std::max(left, std::chrono::milliseconds(1)));
+  return ctx.store->get(key, ms_until(deadline));
 }
 
 }  // namespace

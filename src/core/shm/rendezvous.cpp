@@ -9,6 +9,7 @@
 #include "ddp/error.h"
 #include "ddp/store.h"
 #include "ddp/detail/strings.h"
+#include "util/deadline.h"
 
 namespace ddp::detail::shm {
 namespace {
@@ -68,7 +69,7 @@ std::size_t chunk_for(const Tuning& tuning, int ranks) {
 std::vector<Identity> exchange_identities(Store& store, int rank, int size, const Identity& mine, Deadline deadline) {
   store.set(id_key(rank), encode(mine));
   const auto keys = keys_for(size, id_key);
-  const auto texts = store.multi_get(keys, std::max(left_until(deadline), milliseconds(1)));  // one round trip
+  const auto texts = store.multi_get(keys, ms_until(deadline));  // one round trip
   std::vector<Identity> ids;
   for (int r = 0; r < size; ++r) {
     const std::string& text = texts[static_cast<std::size_t>(r)];
@@ -138,7 +139,7 @@ std::vector<std::string> agree_on_setup(Store& store, int rank, int size, const 
                                         Deadline deadline) {
   store.set(ok_key(rank), my_failure.empty() ? "ok" : "no " + my_failure);
   const auto keys = keys_for(size, ok_key);
-  const auto values = store.multi_get(keys, std::max(left_until(deadline), milliseconds(1)));
+  const auto values = store.multi_get(keys, ms_until(deadline));
   std::vector<std::string> failures;
   for (int r = 0; r < size; ++r) {
     const std::string& value = values[static_cast<std::size_t>(r)];
