@@ -113,16 +113,17 @@ def shape(ns, dev, rate, delay):
 
 
 # Both ends of one TCP connection send BYTES at once (each side's link busy both ways, as in an
-# all_reduce between two nodes); prints the seconds until both directions are done.
+# all_reduce between two nodes); prints when both directions started and ended (CLOCK_MONOTONIC,
+# one clock across namespaces, so that connections run at once can be timed together).
 GOODPUT_PEER = r"""
 import socket, sys, threading, time
-role, address, size = sys.argv[1], sys.argv[2], int(sys.argv[3])
+role, address, port, size = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 if role == "serve":
-    listener = socket.create_server((address, 29577))
+    listener = socket.create_server((address, port))
     print("ready", flush=True)
     conn, _ = listener.accept()
 else:
-    conn = socket.create_connection((address, 29577))
+    conn = socket.create_connection((address, port))
 conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 conn.sendall(b"g")  # both ends connected: the clock starts
 assert conn.recv(1) == b"g"
@@ -134,28 +135,43 @@ def send():
         left -= conn.send(block[:min(left, len(block))])
 sender = threading.Thread(target=send)
 sender.start()
-got = 0
+got, into = 0, memoryview(bytearray(1 << 20))
 while got < size:
-    got += len(conn.recv(1 << 20))
+    got += conn.recv_into(into, min(size - got, len(into)))
 sender.join()
-print("%.6f" % (time.monotonic() - start), flush=True)
+print("%.6f %.6f" % (start, time.monotonic()), flush=True)
 """
+
+
+def tcp_seconds(nodes, size, connections=1):
+    """Seconds until `connections` TCP connections between node 0 and node 1, started at once, have
+    each moved size / connections bytes each way; the median of 3."""
+    times = []
+    part = size // connections
+    for _ in range(3):
+        servers = [subprocess.Popen(["ip", "netns", "exec", nodes.names[1], sys.executable, "-c", GOODPUT_PEER,
+                                     "serve", SUBNET + "2", str(29577 + c), str(part)], stdout=subprocess.PIPE,
+                                    text=True) for c in range(connections)]
+        for server in servers:
+            server.stdout.readline()
+        clients = [subprocess.Popen(["ip", "netns", "exec", nodes.names[0], sys.executable, "-c", GOODPUT_PEER,
+                                     "connect", SUBNET + "2", str(29577 + c), str(part)], stdout=subprocess.PIPE,
+                                    text=True) for c in range(connections)]
+        spans = []
+        for proc in clients + servers:
+            out, _ = proc.communicate(timeout=600)
+            if proc.returncode != 0:
+                raise RuntimeError("the TCP goodput peer failed (exit %d)" % proc.returncode)
+            spans.append([float(t) for t in out.split()[-2:]])
+        times.append(max(end for _, end in spans) - min(start for start, _ in spans))
+    return statistics.median(times)
 
 
 def tcp_goodput(nodes, size):
     """Bits per second one TCP connection moves each way between node 0 and node 1 at once: the
     most any algorithm moves over a link (what is left of the rate after each 1500-byte frame's
-    Ethernet, IP and TCP headers), the median of 3."""
-    times = []
-    for _ in range(3):
-        server = subprocess.Popen(["ip", "netns", "exec", nodes.names[1], sys.executable, "-c", GOODPUT_PEER,
-                                   "serve", SUBNET + "2", str(size)], stdout=subprocess.PIPE, text=True)
-        server.stdout.readline()
-        client = subprocess.run(["ip", "netns", "exec", nodes.names[0], sys.executable, "-c", GOODPUT_PEER,
-                                 "connect", SUBNET + "2", str(size)], capture_output=True, text=True, check=True)
-        server.wait(timeout=600)
-        times.append(float(client.stdout.split()[-1]))
-    return size * 8 / statistics.median(times)
+    Ethernet, IP and TCP headers)."""
+    return size * 8 / tcp_seconds(nodes, size)
 
 
 def remove_stale():
@@ -278,7 +294,8 @@ def main():
     parser.add_argument("--models", nargs="*", default=["mlp", "cnn"], help="DDP step models (none: skip)")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--goodput", action="store_true",
-                        help="first measure what one TCP connection moves each way between two nodes")
+                        help="first measure what one TCP connection moves each way between two nodes, and "
+                        "(2 nodes) what TCP alone takes for the largest all_reduce's bytes")
     parser.add_argument("--one-stream", action="store_true",
                         help="a DDP step column with DDP_BUCKET_STREAMS=1 (one bucket in flight at a time)")
     parser.add_argument("--powersgd-rank", type=int, default=0,
@@ -300,6 +317,15 @@ def main():
             bps = tcp_goodput(nodes, 64 << 20)
             print("\nTCP goodput between two nodes, both ways at once, 64 MB each: %.3f Gbit/s, %.1f%% of the "
                   "links' %s" % (bps / 1e9, 100 * bps / link_bps, args.rate))
+            if args.max_bytes > 0 and "all_reduce" in args.ops and len(nodes.sizes) == 2:
+                # The largest all_reduce's wire bytes alone, on one connection and on one per lane as the op uses:
+                # what TCP takes for them with no reduction, no pipeline and nothing else on the CPUs.
+                wire = args.max_bytes * LINK_SHARE["all_reduce"](nodes.sizes)
+                for lanes in sorted({1, min(nodes.sizes)}):
+                    seconds = tcp_seconds(nodes, int(wire), lanes)
+                    print("TCP alone, the %d-byte all_reduce's %d bytes each way over %d connection(s) at once: "
+                          "%.1f ms, %.1f%% of the link's bound" % (args.max_bytes, wire, lanes, seconds * 1e3,
+                                                                   100 * wire * 8 / link_bps / seconds))
         if args.max_bytes > 0:
             for op in args.ops:
                 collective_table(args, nodes, world, link_bps, op)
