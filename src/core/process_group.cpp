@@ -267,7 +267,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const std::string& backend, s
     for (int r = 0; r < size; ++r) state->global_ranks.push_back(r);
   }
   state->flight = &flight;
-  state->flight_group = flight.add_group(options.name, rank, state->global_ranks);
+  state->flight_group = flight.add_group(options.name, rank, state->global_ranks, choices);
   if (!store) {
     if (size > 1) throw InvalidArgument("process group: a group of more than one rank needs a store");
     store = std::make_shared<HashStore>();

@@ -43,6 +43,9 @@ struct FlightEntry {
   std::int64_t started_ns = 0;
   std::int64_t ended_ns = 0;
   std::string frame;  // who called it: "symbol+0x1f" or "module+0x4a2f1" (addr2line -Cfe module 0x4a2f1); "" unknown
+  // The backend that ran it ("gloo", "nccl"; in a device-keyed group the one of its buffers'
+  // device); "" unknown (a dump before version 3).
+  std::string backend;
 
   bool operator==(const FlightEntry&) const = default;
 };
@@ -53,6 +56,9 @@ struct FlightGroup {
   int rank = 0;  // this process's rank in the group
   int size = 1;
   std::vector<int> global_ranks;  // of each group rank
+  // Its backends as get_backend() names them: "gloo", or "cpu:gloo,cuda:nccl" for a
+  // device-keyed group; "" unknown (a dump before version 3).
+  std::string backend;
 
   bool operator==(const FlightGroup&) const = default;
 };
@@ -82,8 +88,15 @@ Op to_op(const FlightEntry& entry);
 
 // The text form. parse_dump(encode(d), ...) == d for every dump.
 std::string encode(const FlightDump& dump);
+// Whether `group` runs its ops on more than one backend (a device-keyed spec): then its entries'
+// backends are worth naming.
+bool is_keyed(const FlightGroup& group);
+// describe(to_op(entry)), and in a keyed group the backend that ran it: "all_reduce #3 (float32 x
+// 4, SUM) over nccl".
+std::string describe(const FlightEntry& entry, const FlightGroup& group);
+
 // Throws IOError "flight recorder dump <source>: line N: <fault>" for anything but a complete
-// dump of a known version: truncated (no "end" line), a bad number, an unknown op, a group index
+// dump of a known version (1 to 3; the older ones read with what they lack left empty): truncated (no "end" line), a bad number, an unknown op, a group index
 // out of range, more than kMaxDumpBytes.
 FlightDump parse_dump(std::string_view text, const std::string& source);
 // Reads and parses the file at `path`, reading no more than its real size (and kMaxDumpBytes).

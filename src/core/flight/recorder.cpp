@@ -44,18 +44,20 @@ FlightRecorder& FlightRecorder::instance() {
 FlightRecorder::FlightRecorder(std::size_t capacity, std::string dir, std::string job)
     : capacity_(capacity), dir_(std::move(dir)), job_(std::move(job)), ring_(capacity) {}
 
-std::uint32_t FlightRecorder::add_group(const std::string& name, int rank, std::vector<int> global_ranks) {
+std::uint32_t FlightRecorder::add_group(const std::string& name, int rank, std::vector<int> global_ranks,
+                                        std::vector<BackendChoice> backends) {
   bool first = false;
   std::uint32_t index = 0;
   {
     std::lock_guard lock(mutex_);
-    FlightGroup group{name, rank, static_cast<int>(global_ranks.size()), std::move(global_ranks)};
+    FlightGroup group{name, rank, static_cast<int>(global_ranks.size()), std::move(global_ranks), to_string(backends)};
     if (rank_ < 0) {
       rank_ = group.global_ranks.at(static_cast<std::size_t>(rank));
       first = true;
     }
     index = static_cast<std::uint32_t>(groups_.size());
     groups_.push_back(std::move(group));
+    backends_.push_back(std::move(backends));
   }
   if (first && enabled() && this == g_process) {
     ::unlink(path().c_str());  // an earlier run's: a reader must not take it for this one's
@@ -96,6 +98,7 @@ FlightRecorder::Ticket FlightRecorder::issued(std::uint32_t group, const Op& op,
   e.root = p2p ? op.peer : op.root;
   e.tag = op.tag;
   e.issued_ns = now;
+  slot.choice = choice_for(backends_[group], op);
   slot.state.store(FlightState::Issued, std::memory_order_relaxed);
   slot.started_ns.store(0, std::memory_order_relaxed);
   slot.ended_ns.store(0, std::memory_order_relaxed);
@@ -142,6 +145,8 @@ FlightDump FlightRecorder::snapshot(const std::string& reason) const {
       e.issued_ns = wall(e.issued_ns);
       e.started_ns = wall(slot.started_ns.load(std::memory_order_relaxed));
       e.ended_ns = wall(slot.ended_ns.load(std::memory_order_relaxed));
+      const auto& backends = backends_[e.group];
+      e.backend = slot.choice < backends.size() ? backends[slot.choice].backend : groups_[e.group].backend;
       dump.entries.push_back(std::move(e));
       callers.push_back(slot.caller);
     }

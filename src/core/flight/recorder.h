@@ -18,6 +18,7 @@
 
 #include "ddp/detail/flight_dump.h"
 #include "ddp/detail/op.h"
+#include "group/backend_set.h"
 
 namespace ddp::detail {
 
@@ -44,12 +45,14 @@ class FlightRecorder {
   bool enabled() const { return capacity_ > 0; }
   std::size_t capacity() const { return capacity_; }
 
-  // A group this process joined, at rank `rank` of `global_ranks.size()`; returns its index for
-  // issued(). The first one tells the recorder the process's global rank; for the process's
-  // recorder it also removes the dump an earlier run left under this rank's name, makes SIGUSR1
-  // write a dump and SIGTERM write one before it ends the process (each unless the program
-  // handles that signal itself).
-  std::uint32_t add_group(const std::string& name, int rank, std::vector<int> global_ranks);
+  // A group this process joined, at rank `rank` of `global_ranks.size()`, running its ops on
+  // `backends` (its parsed spec; none: unknown); returns its index for issued(). Each entry of
+  // the group is recorded with the backend that runs it. The first group tells the recorder the
+  // process's global rank; for the process's recorder it also removes the dump an earlier run
+  // left under this rank's name, makes SIGUSR1 write a dump and SIGTERM write one before it ends
+  // the process (each unless the program handles that signal itself).
+  std::uint32_t add_group(const std::string& name, int rank, std::vector<int> global_ranks,
+                          std::vector<BackendChoice> backends = {});
 
   using Clock = std::chrono::steady_clock;
 
@@ -83,7 +86,8 @@ class FlightRecorder {
   struct Slot {
     std::atomic<std::uint64_t> id{0};  // the ticket that owns it
     const void* caller = nullptr;
-    FlightEntry entry;  // the state and start/end times are in the atomics below
+    FlightEntry entry;       // the state and start/end times are in the atomics below
+    std::size_t choice = 0;  // the backend: its index in the group's backends_, named at snapshot()
     std::atomic<FlightState> state{FlightState::Issued};
     std::atomic<std::int64_t> started_ns{0};
     std::atomic<std::int64_t> ended_ns{0};
@@ -98,7 +102,8 @@ class FlightRecorder {
   std::vector<Slot> ring_;
   std::uint64_t recorded_ = 0;  // tickets handed out
   std::vector<FlightGroup> groups_;
-  int rank_ = -1;  // global rank, from the first group
+  std::vector<std::vector<BackendChoice>> backends_;  // of each group
+  int rank_ = -1;                                     // global rank, from the first group
 };
 
 }  // namespace ddp::detail

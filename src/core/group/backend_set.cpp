@@ -92,12 +92,17 @@ std::string to_string(const std::vector<BackendChoice>& choices) {
 
 std::string default_backend_spec(bool cuda_available) { return cuda_available ? "cpu:gloo,cuda:nccl" : "gloo"; }
 
-std::string backend_for(const std::vector<BackendChoice>& choices, const Op& op) {
+std::size_t choice_for(const std::vector<BackendChoice>& choices, const Op& op) {
   const Device::Type type = op.type == OpType::Barrier ? Device::Type::CPU : deciding_buffer(op).device.type;
-  for (const auto& c : choices) {
-    if (!c.device || c.device == type) return c.backend;
+  for (std::size_t i = 0; i < choices.size(); ++i) {
+    if (!choices[i].device || choices[i].device == type) return i;
   }
-  return to_string(choices);
+  return choices.size();
+}
+
+std::string backend_for(const std::vector<BackendChoice>& choices, const Op& op) {
+  const std::size_t i = choice_for(choices, op);
+  return i < choices.size() ? choices[i].backend : to_string(choices);
 }
 
 std::string_view device_type_name(Device::Type type) { return type == Device::Type::CPU ? "cpu" : "cuda"; }

@@ -31,8 +31,11 @@ std::vector<BackendChoice> parse_backend_spec(const std::string& spec);
 std::string to_string(const std::vector<BackendChoice>& choices);
 // What "" means, as in PyTorch 2.x: both when CUDA is usable, else gloo alone.
 std::string default_backend_spec(bool cuda_available);
-// The backend of `choices` that runs `op` (a barrier: the CPU's), by name; pure (BackendSet::for_op
-// decides the same from the backends themselves).
+// The index in `choices` of the backend that runs `op` (a barrier: the CPU's), or choices.size()
+// where none is named for its buffers' device; pure (BackendSet::for_op decides the same from the
+// backends themselves).
+std::size_t choice_for(const std::vector<BackendChoice>& choices, const Op& op);
+// That backend by name (none named: the whole spec).
 std::string backend_for(const std::vector<BackendChoice>& choices, const Op& op);
 // "cpu" or "cuda".
 std::string_view device_type_name(Device::Type type);

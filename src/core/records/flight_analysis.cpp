@@ -31,8 +31,6 @@ std::string shorten(std::string text, std::size_t limit) {
   return text;
 }
 
-std::string describe(const FlightEntry& e) { return detail::describe(to_op(e)); }
-
 // A group across dumps: its name and which group of that name it is in each process (the
 // second 'world' of a re-initialized job is another group).
 using GroupKey = std::pair<std::string, int>;
@@ -64,12 +62,13 @@ struct Member {
 
 struct GroupView {
   std::string name;
+  const FlightGroup* group = nullptr;  // as the first dump that names it has it
   std::vector<Member> members;
 };
 
 GroupView view_of(const GroupKey& key, const FlightGroup& group, const std::map<int, const FlightDump*>& by_rank,
                   const std::set<int>& elsewhere) {
-  GroupView view{key.first, {}};
+  GroupView view{key.first, &group, {}};
   for (int rank : group.global_ranks) {
     Member m;
     m.rank = rank;
@@ -116,17 +115,18 @@ std::pair<int, std::int64_t> last_to_arrive(const GroupView& g, std::uint64_t se
   return {last, last_ns - first_ns};
 }
 
-std::string last_of(const Member& m) {
+std::string last_of(const GroupView& g, const Member& m) {
   if (m.entries.empty()) return "it called no collective in this group";
   const FlightEntry& e = *m.entries.rbegin()->second;
-  return cat("its last was ", describe(e), ", ", to_string(e.state));
+  return cat("its last was ", describe(e, *g.group), ", ", to_string(e.state));
 }
 
 // The first sequence number at which the group's ranks part ways, with the lines that say how.
 FlightFinding examine(const GroupView& g, std::vector<std::string>& lines) {
   FlightFinding f;
   f.group = g.name;
-  const std::string where = cat("group '", g.name, "' (", g.members.size(), " ranks)");
+  const std::string where = cat("group '", g.name, "' (", g.members.size(), " ranks",
+                                is_keyed(*g.group) ? cat("; ", g.group->backend) : std::string(), ")");
   std::uint64_t from = 0;
   std::set<std::uint64_t> seqs;
   for (const auto& m : g.members) {
@@ -164,7 +164,7 @@ FlightFinding examine(const GroupView& g, std::vector<std::string>& lines) {
       }
       std::vector<std::string> parts;
       for (const auto& [print, ranks] : calls) {
-        parts.push_back(cat(ranks_phrase(ranks), " called ", describe(*example[print])));
+        parts.push_back(cat(ranks_phrase(ranks), " called ", describe(*example[print], *g.group)));
         if (with_most > 1 || ranks.size() < most) f.ranks.insert(f.ranks.end(), ranks.begin(), ranks.end());
       }
       std::sort(f.ranks.begin(), f.ranks.end());
@@ -178,11 +178,11 @@ FlightFinding examine(const GroupView& g, std::vector<std::string>& lines) {
       f.seq = s;
       f.ranks = lacking;
       std::vector<int> did = calls.begin()->second;
-      lines.push_back(cat(where, ": ", ranks_phrase(did), " called ", describe(*called), "; ", ranks_phrase(lacking),
-                          " never did"));
+      lines.push_back(cat(where, ": ", ranks_phrase(did), " called ", describe(*called, *g.group), "; ",
+                          ranks_phrase(lacking), " never did"));
       for (const auto& m : g.members) {
         if (std::find(lacking.begin(), lacking.end(), m.rank) != lacking.end()) {
-          lines.push_back(cat("  rank ", m.rank, ": ", last_of(m),
+          lines.push_back(cat("  rank ", m.rank, ": ", last_of(g, m),
                               " (stopped, busy outside ddp's collectives, or "
                               "out of the loop early?)"));
         }
@@ -201,8 +201,8 @@ FlightFinding examine(const GroupView& g, std::vector<std::string>& lines) {
     if (!absent.empty()) {
       f.kind = Kind::NoDump;
       f.ranks = absent;
-      lines.push_back(
-          cat(where, ": ", ranks_phrase(waited), " waited at ", describe(*called), ", which never finished", before));
+      lines.push_back(cat(where, ": ", ranks_phrase(waited), " waited at ", describe(*called, *g.group),
+                          ", which never finished", before));
       lines.push_back(cat("  ", ranks_phrase(absent), " left no dump: killed, or stopped before ",
                           absent.size() == 1 ? "it" : "they", " could write one"));
       return f;
@@ -211,13 +211,14 @@ FlightFinding examine(const GroupView& g, std::vector<std::string>& lines) {
     if (!elsewhere.empty()) {
       f.kind = Kind::Stuck;
       f.ranks = elsewhere;
-      lines.push_back(cat(where, ": ", ranks_phrase(waited), " waited at ", describe(*called), ", which never finished",
-                          before, "; the dumps of ", ranks_phrase(elsewhere), " are on their own nodes"));
+      lines.push_back(cat(where, ": ", ranks_phrase(waited), " waited at ", describe(*called, *g.group),
+                          ", which never finished", before, "; the dumps of ", ranks_phrase(elsewhere),
+                          " are on their own nodes"));
       return f;
     }
     f.kind = Kind::Stuck;
     if (late >= 0) f.ranks = {late};
-    lines.push_back(cat(where, ": every rank reached ", describe(*called), " and it did not finish", before,
+    lines.push_back(cat(where, ": every rank reached ", describe(*called, *g.group), " and it did not finish", before,
                         late >= 0
                             ? cat("; the last to arrive was rank ", late, ", ", ns_text(after), " after the first")
                             : std::string()));

@@ -16,7 +16,9 @@ namespace ddp::detail {
 namespace {
 
 constexpr std::string_view kMagic = "ddp-flight-recorder";
-constexpr int kVersion = 2;  // 2: a "failure" line after "reason"; version 1 dumps are read too
+// 2: a "failure" line after "reason"; 3: each group's backend spec and each entry's backend.
+// Versions 1 and 2 are read too.
+constexpr int kVersion = 3;
 
 // ---- Strings in the text form: one word each. Bytes other than these are %XX; "" is "-".
 bool is_plain(unsigned char c) {
@@ -158,8 +160,8 @@ std::string ranks_text(const std::vector<int>& ranks) {
   return out;
 }
 
-FlightGroup parse_group(Reader& in) {
-  auto f = in.field("group", 4);
+FlightGroup parse_group(Reader& in, int version) {
+  auto f = in.field("group", version >= 3 ? 5 : 4);
   FlightGroup g;
   g.name = in.text(f[0], "the group's name");
   g.size = in.number<int>(f[2], "the group's size", 1);
@@ -176,12 +178,14 @@ FlightGroup parse_group(Reader& in) {
   if (static_cast<int>(g.global_ranks.size()) != g.size) {
     in.fail(cat(g.global_ranks.size(), " global ranks for a group of ", g.size));
   }
+  if (version >= 3) g.backend = in.text(f[4], "the group's backend");
   return g;
 }
 
-FlightEntry parse_entry(Reader& in, std::size_t groups) {
+FlightEntry parse_entry(Reader& in, std::size_t groups, int version) {
   auto w = in.next_line("an entry");
-  if (w.size() != 14) in.fail(cat("an entry has 14 fields, found ", w.size()));
+  const std::size_t fields = version >= 3 ? 15 : 14;
+  if (w.size() != fields) in.fail(cat("an entry has ", fields, " fields, found ", w.size()));
   FlightEntry e;
   e.op = in.named(w[0], kOps, "operation");
   e.group = in.number<std::uint32_t>(w[1], "the group index");
@@ -198,6 +202,7 @@ FlightEntry parse_entry(Reader& in, std::size_t groups) {
   e.started_ns = in.number<std::int64_t>(w[11], "the start time", 0);
   e.ended_ns = in.number<std::int64_t>(w[12], "the end time", 0);
   e.frame = in.text(w[13], "the caller");
+  if (version >= 3) e.backend = in.text(w[14], "the backend");
   return e;
 }
 
@@ -211,6 +216,14 @@ std::string_view to_string(FlightState state) {
     case FlightState::Failed: return "failed";
   }
   return "unknown";
+}
+
+bool is_keyed(const FlightGroup& group) { return group.backend.find(':') != std::string::npos; }
+
+std::string describe(const FlightEntry& entry, const FlightGroup& group) {
+  std::string text = describe(to_op(entry));
+  if (is_keyed(group) && !entry.backend.empty()) text += cat(" over ", entry.backend);
+  return text;
 }
 
 Op to_op(const FlightEntry& e) {
@@ -236,13 +249,15 @@ std::string encode(const FlightDump& d) {
              d.failure ? escape(encode(*d.failure)) : std::string("-"), "\ncapacity ", d.capacity, "\nrecorded ",
              d.recorded, "\ngroups ", d.groups.size(), "\n");
   for (const auto& g : d.groups) {
-    out += cat("group ", escape(g.name), " ", g.rank, " ", g.size, " ", ranks_text(g.global_ranks), "\n");
+    out += cat("group ", escape(g.name), " ", g.rank, " ", g.size, " ", ranks_text(g.global_ranks), " ",
+               escape(g.backend), "\n");
   }
   out += cat("entries ", d.entries.size(), "\n");
   for (const auto& e : d.entries) {
-    out += cat(to_string(e.op), " ", e.group, " ", e.seq, " ", to_string(e.dtype), " ", e.count, " ", e.out_count, " ",
-               e.reduce ? to_string(*e.reduce) : std::string_view("-"), " ", e.root, " ", e.tag, " ",
-               to_string(e.state), " ", e.issued_ns, " ", e.started_ns, " ", e.ended_ns, " ", escape(e.frame), "\n");
+    out +=
+        cat(to_string(e.op), " ", e.group, " ", e.seq, " ", to_string(e.dtype), " ", e.count, " ", e.out_count, " ",
+            e.reduce ? to_string(*e.reduce) : std::string_view("-"), " ", e.root, " ", e.tag, " ", to_string(e.state),
+            " ", e.issued_ns, " ", e.started_ns, " ", e.ended_ns, " ", escape(e.frame), " ", escape(e.backend), "\n");
   }
   return out + "end\n";
 }
@@ -253,13 +268,13 @@ FlightDump parse_dump(std::string_view text, const std::string& source) {
                       " a dump can hold; it is not a flight recorder dump"));
   }
   Reader in(text, source);
-  auto head = in.next_line("the first line, \"ddp-flight-recorder 1\"");
+  auto head = in.next_line("the first line, \"ddp-flight-recorder <version>\"");
   if (head.size() != 2 || head[0] != kMagic) {
     in.fail(cat("not a flight recorder dump: it begins with ", quote(text.substr(0, 24)), ", not \"", kMagic, "\""));
   }
   const int version = in.number<int>(head[1], "the version");
-  if (version != kVersion && version != 1) {
-    in.fail(cat("version ", version, "; this ddp reads version ", kVersion,
+  if (version < 1 || version > kVersion) {
+    in.fail(cat("version ", version, "; this ddp reads versions 1 to ", kVersion,
                 " (use the ddp-trace of the ddp that wrote it)"));
   }
   FlightDump d;
@@ -284,10 +299,10 @@ FlightDump parse_dump(std::string_view text, const std::string& source) {
   d.recorded = in.number<std::uint64_t>(in.field("recorded", 1)[0], "the number recorded");
   // Counts are checked against what follows, line by line: nothing is reserved on their word.
   const auto groups = in.number<std::uint64_t>(in.field("groups", 1)[0], "the number of groups");
-  for (std::uint64_t i = 0; i < groups; ++i) d.groups.push_back(parse_group(in));
+  for (std::uint64_t i = 0; i < groups; ++i) d.groups.push_back(parse_group(in, version));
   const auto entries = in.number<std::uint64_t>(in.field("entries", 1)[0], "the number of entries");
   if (entries > d.recorded) in.fail(cat(entries, " entries but only ", d.recorded, " recorded"));
-  for (std::uint64_t i = 0; i < entries; ++i) d.entries.push_back(parse_entry(in, d.groups.size()));
+  for (std::uint64_t i = 0; i < entries; ++i) d.entries.push_back(parse_entry(in, d.groups.size(), version));
   auto end = in.next_line("\"end\"");
   if (end.size() != 1 || end[0] != "end") in.fail(cat("expected \"end\" after ", entries, " entries"));
   if (!in.at_end()) in.fail("text after the \"end\" line");

@@ -31,13 +31,13 @@ Exit status: 0 when dumps were read and compared, 1 when none could be read, 2 f
 
 void print(const std::string& line) { std::printf("%s\n", line.c_str()); }
 
-std::string entry_line(const FlightEntry& e, std::int64_t t0) {
+std::string entry_line(const FlightEntry& e, const FlightGroup& group, std::int64_t t0) {
   auto ms = [&](std::int64_t ns) {
     char text[32];
     std::snprintf(text, sizeof text, "%+.3f", static_cast<double>(ns - t0) / 1e6);
     return std::string(text);
   };
-  std::string line = cat(describe(to_op(e)), ": ", to_string(e.state), ", issued ", ms(e.issued_ns), " ms");
+  std::string line = cat(describe(e, group), ": ", to_string(e.state), ", issued ", ms(e.issued_ns), " ms");
   if (e.started_ns) line += cat(", started ", ms(e.started_ns));
   if (e.ended_ns) line += cat(", ended ", ms(e.ended_ns));
   if (!e.frame.empty()) line += cat(", called from ", e.frame);
@@ -113,7 +113,7 @@ int main(int argc, char** argv) {
                 " operations (ms from the first issue in the dumps):"));
       for (std::size_t i = d.entries.size() - shown; i < d.entries.size(); ++i) {
         const FlightEntry& e = d.entries[i];
-        print(cat("  [", d.groups[e.group].name, "] ", entry_line(e, t0)));
+        print(cat("  [", d.groups[e.group].name, "] ", entry_line(e, d.groups[e.group], t0)));
       }
     }
   }

@@ -106,6 +106,30 @@ TEST(FlightAnalysis, ARankWithoutADumpIsNamedWhereTheOthersWaited) {
   expect_lines(done, {"the others finished every collective they recorded, up to #5"});
 }
 
+// In a device-keyed group the findings say which backend the op went to (a CUDA all_reduce over
+// nccl stuck behind CPU collectives over gloo that finished).
+TEST(FlightAnalysis, InAKeyedGroupTheBackendOfTheOpIsNamed) {
+  auto keyed = [](int rank, std::vector<FlightEntry> then) {
+    FlightDump d = dump(rank, 2, 3, std::move(then));
+    d.groups[0].backend = "cpu:gloo,cuda:nccl";
+    for (auto& e : d.entries) e.backend = e.backend.empty() ? "gloo" : e.backend;
+    return d;
+  };
+  FlightEntry stuck = call(3, FlightState::Failed);
+  stuck.backend = "nccl";
+  const auto r = analyze({keyed(0, {stuck}), keyed(1, {})});
+  expect_finding(r, Kind::NotReached, 3, {1});
+  expect_lines(r, {"group 'world' (2 ranks; cpu:gloo,cuda:nccl): rank 0 called all_reduce #3 (float32 x 10, SUM) "
+                   "over nccl; rank 1 never did",
+                   "rank 1: its last was all_reduce #2 (float32 x 10, SUM) over gloo, finished"});
+  // A group of one backend says nothing more than before.
+  FlightDump plain = dump(0, 2, 3, {call(3, FlightState::Failed)});
+  plain.groups[0].backend = "gloo";
+  for (auto& e : plain.entries) e.backend = "gloo";
+  expect_lines(analyze({plain, dump(1, 2, 3)}), {"group 'world' (2 ranks): rank 0 called all_reduce #3 (float32 x 10, "
+                                                 "SUM); rank 1 never did"});
+}
+
 TEST(FlightAnalysis, RanksOnOtherNodesAreNotBlamedForHavingNoDumpHere) {
   const auto r =
       analyze({dump(0, 4, 3, {call(3, FlightState::Failed)}), dump(1, 4, 3, {call(3, FlightState::Failed)})}, {2, 3});

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "ddp/error.h"
+#include "ddp/detail/strings.h"
 #include "support/expect_error.h"
 #include "support/launch.h"
 
@@ -34,7 +35,7 @@ FlightDump sample() {
                             .message = d.reason};
   d.capacity = 4;
   d.recorded = 7;
-  d.groups = {{"world", 1, 3, {0, 1, 2}}, {"-", 0, 2, {1, 2}}};
+  d.groups = {{"world", 1, 3, {0, 1, 2}, "cpu:gloo,cuda:nccl"}, {"-", 0, 2, {1, 2}, "gloo"}};
   FlightEntry a;
   a.op = OpType::AllReduce;
   a.seq = 20;
@@ -45,6 +46,7 @@ FlightDump sample() {
   a.started_ns = 11;
   a.ended_ns = 12;
   a.frame = "ddp::torch::all_reduce+0x1f";
+  a.backend = "nccl";
   FlightEntry b;
   b.group = 1;
   b.op = OpType::Recv;
@@ -56,6 +58,7 @@ FlightDump sample() {
   b.state = FlightState::Started;
   b.issued_ns = 13;
   b.started_ns = 13;
+  b.backend = "gloo";
   FlightEntry c;
   c.op = OpType::Scatter;
   c.seq = 21;
@@ -75,26 +78,51 @@ TEST(FlightDump, ReadsBackExactlyWhatWasWritten) {
   EXPECT_EQ(parse_dump(text, "x"), d) << text;
   EXPECT_NE(text.find("host node%203\n"), std::string::npos) << text;
   EXPECT_NE(text.find("job -\n"), std::string::npos) << text;
-  EXPECT_NE(text.find("group %2D 0 2 1,2\n"), std::string::npos) << text;
-  EXPECT_NE(text.find("\nall_reduce 0 20 float32 1000 1000 SUM -1 0 finished 10 11 12 ddp::torch::all_reduce+0x1f\n"),
-            std::string::npos)
+  EXPECT_NE(text.find("group %2D 0 2 1,2 gloo\n"), std::string::npos) << text;
+  EXPECT_NE(
+      text.find("\nall_reduce 0 20 float32 1000 1000 SUM -1 0 finished 10 11 12 ddp::torch::all_reduce+0x1f nccl\n"),
+      std::string::npos)
       << text;
+  EXPECT_NE(text.find(" 0 - -\nend\n"), std::string::npos) << "no caller, no backend known: - -\n" << text;
   EXPECT_EQ(text.substr(text.size() - 4), "end\n");
   EXPECT_EQ(describe(to_op(d.entries[1])), "recv #3 (int64 x 5, from rank 0, tag 7)");
   EXPECT_EQ(describe(to_op(d.entries[2])), "scatter #21 (bfloat16 x 8, root 2)");
+  // The backend is named where the group has several.
+  EXPECT_EQ(describe(d.entries[0], d.groups[0]), "all_reduce #20 (float32 x 1000, SUM) over nccl");
+  EXPECT_EQ(describe(d.entries[1], d.groups[1]), "recv #3 (int64 x 5, from rank 0, tag 7)");
+  EXPECT_EQ(describe(d.entries[2], d.groups[0]), "scatter #21 (bfloat16 x 8, root 2)") << "unknown: not named";
   FlightDump empty;
   EXPECT_EQ(parse_dump(encode(empty), "empty"), empty);
   EXPECT_NE(encode(empty).find("\nfailure -\n"), std::string::npos) << "no failure wrote it";
 }
 
-TEST(FlightDump, AVersionOneDumpHasNoFailureAndReadsAsBefore) {
+// The sample as an older ddp wrote it: no backends (before 3), no failure line (before 2).
+std::string older(int version) {
+  const std::string whole = encode(sample());
+  std::string text;
+  bool entry = false;
+  for (std::size_t start = 0, end; (end = whole.find('\n', start)) != std::string::npos; start = end + 1) {
+    std::string line = whole.substr(start, end - start);
+    if (line == "end") entry = false;
+    if (line.rfind("ddp-flight-recorder ", 0) == 0) line = cat("ddp-flight-recorder ", version);
+    if (line.rfind("group ", 0) == 0 || entry) line.erase(line.rfind(' '));  // the backend
+    if (line.rfind("failure ", 0) == 0 && version < 2) continue;
+    if (line.rfind("entries ", 0) == 0) entry = true;
+    text += line + "\n";
+  }
+  return text;
+}
+
+TEST(FlightDump, OlderDumpsReadAsBeforeWithoutWhatTheyLack) {
   FlightDump d = sample();
-  std::string text = encode(d);
-  text.replace(text.find("ddp-flight-recorder 2"), 21, "ddp-flight-recorder 1");
-  const std::size_t line = text.find("\nfailure ");
-  text.erase(line, text.find('\n', line + 1) - line);
+  for (auto& g : d.groups) g.backend.clear();
+  for (auto& e : d.entries) e.backend.clear();
+  EXPECT_EQ(parse_dump(older(2), "v2"), d) << older(2);
   d.failure.reset();
-  EXPECT_EQ(parse_dump(text, "old"), d) << text;
+  EXPECT_EQ(parse_dump(older(1), "v1"), d) << older(1);
+  EXPECT_EQ(describe(d.entries[0], d.groups[0]), "all_reduce #20 (float32 x 1000, SUM)");
+  expect_error<IOError>([] { parse_dump(older(2).replace(0, 21, "ddp-flight-recorder 3"), "x"); },
+                        {"\"group\" takes 5 values, found 4"});
 }
 
 // Replaces the first `from` in the sample's text with `to`.
@@ -115,7 +143,8 @@ TEST(FlightDump, EveryFaultIsAnIOErrorNamingTheFileLineAndFault) {
   const std::string whole = encode(sample());
   fails("", {"truncated after line 0"});
   fails("PK\x03\x04 a zip file\n", {"line 1", "not a flight recorder dump", "PK"});
-  fails(damaged("ddp-flight-recorder 2", "ddp-flight-recorder 9"), {"line 1", "version 9", "reads version 2"});
+  fails(damaged("ddp-flight-recorder 3", "ddp-flight-recorder 9"), {"line 1", "version 9", "reads versions 1 to 3"});
+  fails(damaged("ddp-flight-recorder 3", "ddp-flight-recorder 0"), {"line 1", "version 0", "reads versions 1 to 3"});
   fails(whole.substr(0, whole.size() - 4), {"truncated after line 18", "\"end\"", "died while writing"});
   fails(whole.substr(0, whole.size() - 1), {"line 19", "the line has no end"});
   fails(whole.substr(0, whole.find("all_reduce 0 20")), {"truncated after line 15", "an entry"});
@@ -144,7 +173,10 @@ TEST(FlightDump, EveryFaultIsAnIOErrorNamingTheFileLineAndFault) {
   fails(damaged("float32 1000", "float33 1000"), {"unknown element type \"float33\""});
   fails(damaged(" SUM -1", " SUMMA -1"), {"unknown reduction \"SUMMA\""});
   fails(damaged("finished", "done"), {"unknown state \"done\""});
-  fails(damaged(" 1000 1000 ", " 1000 "), {"an entry has 14 fields, found 13"});
+  fails(damaged(" 1000 1000 ", " 1000 "), {"an entry has 15 fields, found 14"});
+  fails(damaged("all_reduce+0x1f nccl", "all_reduce+0x1f nccl extra"), {"line 16", "an entry has 15 fields, found 16"});
+  fails(damaged("all_reduce+0x1f nccl", "all_reduce+0x1f nc%Zl"), {"line 16", "the backend has a bad escape"});
+  fails(damaged("0,1,2 cpu:gloo,cuda:nccl", "0,1,2 cpu:gloo%"), {"line 13", "the group's backend has a bad escape"});
   fails(damaged(" 1000 1000 ", " 1000 -1000 "), {"the output element count is \"-1000\""});
   fails(damaged("finished 10", "finished -10"), {"the issue time is -10, outside 0"});
   // Larger than any dump: refused before it is looked at.

@@ -73,6 +73,34 @@ TEST(FlightRecorder, KeepsTheLastNOperationsWithTheirStates) {
   EXPECT_EQ(parse_dump(encode(d), "x"), d);
 }
 
+// A device-keyed group (PyTorch 2.x's "cpu:gloo,cuda:nccl"): each entry names the backend its
+// buffers' device went to, a barrier the CPU's; a plain group names its one backend.
+TEST(FlightRecorder, NamesEachEntrysBackendInAKeyedGroup) {
+  FlightRecorder recorder(8, "/nonexistent");
+  recorder.add_group("world", 0, {0, 1}, parse_backend_spec("cuda:nccl, cpu:gloo"));
+  recorder.add_group("side", 0, {0, 1}, parse_backend_spec("gloo"));
+  Op on_gpu = all_reduce(0, 4);
+  on_gpu.input.device = on_gpu.output.device = Device{Device::Type::CUDA, 0};
+  recorder.issued(0, on_gpu, nullptr);
+  recorder.issued(0, all_reduce(1, 4), nullptr);
+  Op barrier;
+  barrier.seq = 2;
+  recorder.issued(0, barrier, nullptr);
+  recorder.issued(1, all_reduce(0, 4), nullptr);
+  const FlightDump d = recorder.snapshot("");
+  ASSERT_EQ(d.groups.size(), 2u);
+  EXPECT_EQ(d.groups[0].backend, "cpu:gloo,cuda:nccl") << "canonical: get_backend()'s form";
+  EXPECT_EQ(d.groups[1].backend, "gloo");
+  ASSERT_EQ(d.entries.size(), 4u);
+  EXPECT_EQ(d.entries[0].backend, "nccl");
+  EXPECT_EQ(d.entries[1].backend, "gloo");
+  EXPECT_EQ(d.entries[2].backend, "gloo");
+  EXPECT_EQ(d.entries[3].backend, "gloo");
+  EXPECT_EQ(describe(d.entries[0], d.groups[0]), "all_reduce #0 (float32 x 4, MAX) over nccl");
+  EXPECT_EQ(describe(d.entries[3], d.groups[1]), "all_reduce #0 (float32 x 4, MAX)") << "one backend: nothing to tell";
+  EXPECT_EQ(parse_dump(encode(d), "x"), d);
+}
+
 TEST(FlightRecorder, OffItRecordsNothing) {
   FlightRecorder recorder(0, "/nonexistent");
   EXPECT_FALSE(recorder.enabled());

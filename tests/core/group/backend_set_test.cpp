@@ -10,7 +10,11 @@
 #include "cpu/cpu_backend.h"
 #include "ddp/distributed.h"
 #include "ddp/error.h"
+#include "ddp/flight_recorder.h"
+#include "ddp/detail/flight_analysis.h"
+#include "ddp/detail/strings.h"
 #include "support/expect_error.h"
+#include "support/launch.h"
 #include "support/multiprocess.h"
 
 namespace ddp::detail {
@@ -160,6 +164,46 @@ TEST(KeyedGroup, CpuBuffersGoToTheCpuBackendAndCudaBuffersToTheCudaOne) {
     (void)world;
     destroy_process_group();
   });
+}
+
+// The flight recorder's dump names the group's spec and the backend each op went to, and the
+// analysis (ddp-trace, ddprun's summary) says it where the group has several.
+TEST(KeyedGroup, TheFlightRecorderNamesBothBackends) {
+  test::TempDir dir;
+  test::run_ranks(
+      2,
+      [](int rank, int) {
+    register_host_as_cuda();
+    init_process_group("cpu:gloo,cuda:host_as_cuda");
+    auto group = get_default_group();
+    std::vector<float> on_cpu(10, 1.0f), on_cuda(30, 2.0f);
+    group->all_reduce(buffer_of(on_cpu.data(), on_cpu.size()))->wait();
+    group->all_reduce(cuda_labelled(on_cuda))->wait();
+    group->barrier()->wait();
+    const FlightDump d = read_dump(dump_flight_recorder("the test asked"));
+    ASSERT_EQ(d.groups.size(), 1u);
+    EXPECT_EQ(d.groups[0].backend, "cpu:gloo,cuda:host_as_cuda");
+    ASSERT_EQ(d.entries.size(), 3u);
+    EXPECT_EQ(describe(d.entries[0], d.groups[0]), "all_reduce #0 (float32 x 10, SUM) over gloo");
+    EXPECT_EQ(describe(d.entries[1], d.groups[0]), "all_reduce #1 (float32 x 30, SUM) over host_as_cuda");
+    EXPECT_EQ(describe(d.entries[2], d.groups[0]), "barrier #2 over gloo");
+    group->barrier()->wait();
+    if (rank == 1) {  // never calls the next one: the analysis says over which backend rank 0 waited
+      dump_flight_recorder("rank 1 leaves");
+      destroy_process_group();
+      return;
+    }
+    EXPECT_THROW(group->all_reduce(cuda_labelled(on_cuda))->wait(), Error);  // its failure writes the dump
+      },
+      {.env = {{"DDP_FLIGHT_RECORDER_DIR", dir.path()}}});
+  if (test::is_rank_process()) return;
+  std::vector<FlightDump> dumps;
+  for (int r = 0; r < 2; ++r) dumps.push_back(read_dump(dir.file(cat("rank_", r, ".flight"))));
+  const std::string report = join(analyze(dumps).lines, "\n");
+  EXPECT_NE(report.find("group 'world' (2 ranks; cpu:gloo,cuda:host_as_cuda): rank 0 called all_reduce #4 (float32 x "
+                        "30, SUM) over host_as_cuda; rank 1 never did"),
+            std::string::npos)
+      << report;
 }
 
 TEST(KeyedGroup, AGroupWithoutACpuBackendRefusesCpuBuffersSayingWhichSpecTakesBoth) {
