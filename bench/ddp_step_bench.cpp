@@ -3,7 +3,7 @@
 // scripts/gpu_check.sh runs it on a GPU.
 //   ddp_step_bench --model mlp|cnn|fashion|resnet50 [--no-ddp] [--steps N] [--batch B]
 //                  [--device cpu|cuda] [--backend gloo|nccl] [--comm-hook allreduce|powersgd:R] [--sync-bn]
-//                  [--bucket-view] [--lockstep]
+//                  [--bucket-view] [--lockstep] [--trace PATH]
 // Prints "<median step ms>" on rank 0. On the CPU (the default) each rank uses one intra-op
 // thread and gloo; with --device cuda each rank uses the GPU its LOCAL_RANK names, nccl by default,
 // and every step ends with a device synchronization. --comm-hook allreduce registers the default
@@ -17,12 +17,22 @@
 // limit run_ddp_step.py sets beside DDP: every rank trains at once, with only the per-step barrier.
 // --lockstep times that barrier too (the step ends when every rank has finished it): the limit for
 // any synchronous data parallelism, whose all-reduce waits for the slowest rank's backward.
+// --trace PATH (LibTorch 2.x) runs one more step under LibTorch's profiler (Kineto: the ops on
+// the CPU and, on a GPU, every kernel and copy on the stream it ran on) and writes it to PATH as
+// a Chrome trace (chrome://tracing, ui.perfetto.dev); "{rank}" in PATH becomes the rank.
 #include <torch/torch.h>
+#include <torch/version.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <set>
 #include <string>
+
+#if TORCH_VERSION_MAJOR >= 2
+#include <torch/csrc/autograd/profiler_kineto.h>
+#define DDP_BENCH_TRACE 1
+#endif
 
 #include "ddp/ddp.h"
 #include "fashion_mnist/net.h"
@@ -122,24 +132,53 @@ struct Config {
   int steps = 30;
   int batch = 64;
   torch::Device device = torch::kCPU;
+  std::string trace;  // a Chrome trace of one more step is written here; "" none
 };
+
+// Runs `step` once under LibTorch's profiler and writes its trace to `path`.
+template <typename Step>
+void trace_step(Step step, const Config& c, const std::string& path) {
+#ifdef DDP_BENCH_TRACE
+  namespace prof = torch::autograd::profiler;
+  using torch::profiler::impl::ActivityType;
+  const torch::profiler::impl::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO);
+  std::set<ActivityType> activities{ActivityType::CPU};
+  if (c.device.is_cuda()) activities.insert(ActivityType::CUDA);
+  prof::prepareProfiler(config, activities);
+  prof::enableProfiler(config, activities);
+  step();
+  prof::disableProfiler()->save(path);
+#else
+  (void)step, (void)c, (void)path;  // main() refuses --trace before this
+#endif
+}
 
 template <typename Forward>
 double median_step_ms(Forward forward, torch::optim::Optimizer& optimizer, const Config& c, at::Tensor x, int classes) {
   auto y = torch::randint(0, classes, {c.batch}).to(c.device);
   x = x.to(c.device);
+  auto step = [&] {
+    optimizer.zero_grad();
+    torch::cross_entropy_loss(forward(x), y).backward();
+    optimizer.step();
+    if (c.device.is_cuda()) torch::cuda::synchronize(c.device.index());
+  };
   std::vector<double> times;
   for (int i = 0; i < c.steps + 5; ++i) {
     ddp::barrier();
     if (c.device.is_cuda()) torch::cuda::synchronize(c.device.index());
     auto start = std::chrono::steady_clock::now();
-    optimizer.zero_grad();
-    torch::cross_entropy_loss(forward(x), y).backward();
-    optimizer.step();
-    if (c.device.is_cuda()) torch::cuda::synchronize(c.device.index());
+    step();
     if (c.lockstep) ddp::barrier();
     std::chrono::duration<double, std::milli> elapsed = std::chrono::steady_clock::now() - start;
     if (i >= 5) times.push_back(elapsed.count());
+  }
+  if (!c.trace.empty()) {
+    ddp::barrier();
+    std::string path = c.trace;
+    if (const auto at = path.find("{rank}"); at != std::string::npos)
+      path.replace(at, 6, std::to_string(ddp::get_rank()));
+    trace_step(step, c, path);
   }
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];
@@ -203,7 +242,14 @@ int main(int argc, char** argv) {
     } else if (flag == "--sync-bn") c.sync_bn = true;
     else if (flag == "--bucket-view") c.bucket_view = true;
     else if (flag == "--lockstep") c.lockstep = true;
-    else {
+    else if (flag == "--trace" && i + 1 < argc) {
+      c.trace = argv[++i];
+#ifndef DDP_BENCH_TRACE
+      std::fprintf(stderr, "ddp_step_bench: --trace needs LibTorch 2.x (its profiler's C++ API); this is %s\n",
+                   TORCH_VERSION);
+      return 2;
+#endif
+    } else {
       std::fprintf(stderr, "ddp_step_bench: unknown argument %s\n", flag.c_str());
       return 2;
     }

@@ -10,7 +10,10 @@ cd "$(dirname "$0")/.."
 cache="${DDP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ddp}"
 python="$(scripts/upstream_torch.sh | tail -n 1)"
 venv="$(dirname "$(dirname "$python")")"
-base="$(dirname "$(dirname "$(readlink -f "$python")")")"  # the interpreter the environment was made from
+# The interpreter the environment was made from (its standard library; a venv's python may be a
+# copy of it rather than a link): pyvenv.cfg's `home` is its bin folder.
+home="$(sed -n 's/^home *= *//p' "$venv/pyvenv.cfg")"
+base="$(dirname "$(readlink -f "${home:-$(dirname "$(readlink -f "$python")")}")")"
 scripts/gpu_check.sh --bundle gpu-bundle
 FRESH_ROOT_PACKAGES="cmake ninja-build g++ ca-certificates" FRESH_ROOT_MOUNTS="$venv $base" FRESH_ROOT_COPY=gpu-bundle \
   scripts/fresh_root.sh "${1:-$cache/gpu-root}" \
