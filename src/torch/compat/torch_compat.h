@@ -2,6 +2,7 @@
 // these and never asks which LibTorch it is built against (docs/LIBTORCH.md).
 #pragma once
 
+#include <ATen/Functions.h>
 #include <ATen/autocast_mode.h>
 #include <ATen/core/Tensor.h>
 #include <c10/core/DeviceType.h>
@@ -84,5 +85,15 @@ Key optimizer_state_key(const at::Tensor& parameter) {
 // A parameter's gradient accumulator, the autograd node DDP hooks: a std::shared_ptr in 1.13 and
 // most of 2.x, a c10::intrusive_ptr in newer ones.
 using GradAccumulator = decltype(torch::autograd::impl::grad_accumulator(std::declval<const at::Tensor&>()));
+
+// dst[i].copy_(src[i]) for every i: one multi-tensor kernel per batch of tensors where LibTorch
+// has _foreach_copy_ (2.1 on; on the CPU it copies them one by one), else one copy each.
+inline void copy_all(at::TensorList dst, at::TensorList src) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+  at::_foreach_copy_(dst, src);
+#else
+  for (std::size_t i = 0; i < dst.size(); ++i) dst[i].copy_(src[i]);
+#endif
+}
 
 }  // namespace ddp::compat

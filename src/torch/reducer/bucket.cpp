@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/ScalarOps.h>
 
+#include "compat/torch_compat.h"
 #include "ddp/error.h"
 #include "ddp/torch/collectives.h"
 #include "ddp/detail/error_kind.h"
@@ -131,6 +132,12 @@ void Bucket::fill(const std::vector<std::uint8_t>& used, int divisor) {
     divisor_ = divisor;
   }
   if (!as_view_ && stale_alias_held()) move_memory();
+  // On a GPU each kernel launch costs the host microseconds, about as much as copying a small
+  // gradient: the copies in (and the average) go as a few multi-tensor kernels for the bucket, not
+  // one per gradient. On the CPU the average is taken in the copy's own pass (mul_out), bitwise
+  // PyTorch's; plain copies are batched there too (one by one inside, the same bytes).
+  const bool batched = flat_.is_cuda() || !average;
+  std::vector<at::Tensor> to, from;
   for (std::size_t k = 0; k < params_.size(); ++k) {
     at::Tensor& grad = params_[k].mutable_grad();
     at::Tensor& view = views_[k];
@@ -148,13 +155,17 @@ void Bucket::fill(const std::vector<std::uint8_t>& used, int divisor) {
       }
       continue;
     }
-    if (average) {
-      at::mul_out(view, grad, reciprocal_);  // one pass over the gradient less than copy, then divide
+    if (batched) {
+      to.push_back(view);
+      from.push_back(grad);  // kept alive until copied, whatever .grad becomes next
     } else {
-      view.copy_(grad);
+      at::mul_out(view, grad, reciprocal_);  // one pass over the gradient less than copy, then divide
     }
     if (as_view_) grad = alias(k);
   }
+  if (to.empty()) return;
+  compat::copy_all(to, from);
+  if (average) at::_foreach_mul_(to, 1.0 / divisor);  // x * float(1 / divisor): mul_out's arithmetic
 }
 
 void Bucket::launch(const CommHook& hook) {

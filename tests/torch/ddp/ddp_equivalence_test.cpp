@@ -87,7 +87,9 @@ void run_all(int rank, int world, bool own_hosts = false) {
   std::optional<detail::Settings> settings;
   if (own_hosts) settings = settings_with([&](detail::Settings& s) { s.shm.host_id = "host" + std::to_string(rank); });
   init_process_group("gloo", {.timeout = 120s, .settings = settings});
-  if (own_hosts) ASSERT_EQ(get_default_group()->hosts(), world);
+  if (own_hosts) {
+    ASSERT_EQ(get_default_group()->hosts(), world);
+  }
   auto check = [&](double diff, const Scenario& s) {
     EXPECT_LE(diff, s.tolerance) << s.name << " on " << world << " ranks";
   };
