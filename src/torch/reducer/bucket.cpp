@@ -133,11 +133,13 @@ void Bucket::fill(const std::vector<std::uint8_t>& used, int divisor) {
   }
   if (!as_view_ && stale_alias_held()) move_memory();
   // On a GPU each kernel launch costs the host microseconds, about as much as copying a small
-  // gradient: the copies in (and the average) go as a few multi-tensor kernels for the bucket, not
-  // one per gradient. On the CPU the average is taken in the copy's own pass (mul_out), bitwise
-  // PyTorch's; plain copies are batched there too (one by one inside, the same bytes).
-  const bool batched = flat_.is_cuda() || !average;
-  std::vector<at::Tensor> to, from;
+  // gradient: the copies in and the averaging go as a few multi-tensor kernels for the bucket,
+  // not one per gradient. There both div_ by a scalar and mul_out compute x * float(1 / divisor),
+  // so one _foreach_mul_ is PyTorch's arithmetic to the bit. On the CPU the average is taken in
+  // the copy's own pass (mul_out) or in place as PyTorch does; plain copies are batched there too
+  // (one by one inside, the same bytes).
+  const bool gpu = flat_.is_cuda();
+  std::vector<at::Tensor> to, from, scaled;  // batched: copied in from `from`; then multiplied
   for (std::size_t k = 0; k < params_.size(); ++k) {
     at::Tensor& grad = params_[k].mutable_grad();
     at::Tensor& view = views_[k];
@@ -146,26 +148,27 @@ void Bucket::fill(const std::vector<std::uint8_t>& used, int divisor) {
       continue;
     }
     if (grad.data_ptr() == view.data_ptr()) {  // lives in the bucket already
-      if (average) {
-        if (as_view_) {
-          view.div_(divisor);  // PyTorch's arithmetic for its bucket views
-        } else {
-          view.mul_(reciprocal_);  // the copy's (mul_out below), to the bit
-        }
+      if (!average) continue;
+      if (gpu) {
+        scaled.push_back(view);
+      } else if (as_view_) {
+        view.div_(divisor);  // PyTorch's arithmetic for its bucket views
+      } else {
+        view.mul_(reciprocal_);  // the copy's (mul_out below), to the bit
       }
       continue;
     }
-    if (batched) {
+    if (gpu || !average) {
       to.push_back(view);
       from.push_back(grad);  // kept alive until copied, whatever .grad becomes next
+      if (average) scaled.push_back(view);
     } else {
       at::mul_out(view, grad, reciprocal_);  // one pass over the gradient less than copy, then divide
     }
     if (as_view_) grad = alias(k);
   }
-  if (to.empty()) return;
-  compat::copy_all(to, from);
-  if (average) at::_foreach_mul_(to, 1.0 / divisor);  // x * float(1 / divisor): mul_out's arithmetic
+  if (!to.empty()) compat::copy_all(to, from);
+  if (!scaled.empty()) at::_foreach_mul_(scaled, 1.0 / divisor);
 }
 
 void Bucket::launch(const CommHook& hook) {
