@@ -96,8 +96,9 @@ bool is_keyed(const FlightGroup& group);
 std::string describe(const FlightEntry& entry, const FlightGroup& group);
 
 // Throws IOError "flight recorder dump <source>: line N: <fault>" for anything but a complete
-// dump of a known version (1 to 3; the older ones read with what they lack left empty): truncated (no "end" line), a bad number, an unknown op, a group index
-// out of range, more than kMaxDumpBytes.
+// dump of a known version (1 to 3; older ones are read with what they lack left empty):
+// truncated (no "end" line), a bad number, an unknown op, a group index out of range, more than
+// kMaxDumpBytes.
 FlightDump parse_dump(std::string_view text, const std::string& source);
 // Reads and parses the file at `path`, reading no more than its real size (and kMaxDumpBytes).
 // Throws IOError naming the path: missing, unreadable, too large, or not a dump.
