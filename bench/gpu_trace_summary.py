@@ -18,7 +18,7 @@ DEVICE_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset"}
 
 
 def device_events(trace):
-    """(stream, start us, end us, name, category) of every complete device event."""
+    """(stream, start us, end us, name) of every complete device event."""
     events = trace.get("traceEvents", trace) if isinstance(trace, dict) else trace
     out = []
     for e in events if isinstance(events, list) else []:
@@ -30,7 +30,7 @@ def device_events(trace):
             continue
         args = e.get("args") or {}
         stream = args.get("stream", e.get("tid"))
-        out.append((str(stream), start, start + max(dur, 0.0), str(e.get("name", "")), e["cat"]))
+        out.append((str(stream), start, start + max(dur, 0.0), str(e.get("name", ""))))
     return out
 
 
@@ -67,7 +67,7 @@ def summarize(events):
     """Per stream: busy time, event count, the names that take most of it; the compute stream; and
     for the other streams, the time they overlap the compute stream's work and the time they do not."""
     streams = {}
-    for stream, start, end, name, _ in events:
+    for stream, start, end, name in events:
         s = streams.setdefault(stream, {"intervals": [], "names": {}})
         s["intervals"].append((start, end))
         s["names"][name] = s["names"].get(name, 0.0) + (end - start)
