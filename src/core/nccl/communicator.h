@@ -3,8 +3,9 @@
 // The communicator is non-blocking (ncclConfig_t::blocking = 0), so no NCCL call can outlast a
 // deadline: a call that returns ncclInProgress is polled (ncclCommGetAsyncError) until NCCL has
 // taken it. The watchdog is wait(): it polls a CUDA event recorded after the device work, and
-// the communicator's asynchronous error, sleeping a little longer each round (up to 1 ms),
-// until the event completes, NCCL reports an error, or the deadline passes. On an error or at
+// the communicator's asynchronous error, sleeping a little longer each round (up to 1 ms; a
+// sleep ends early when CUDA's host function says the stream has passed the work), until the
+// event completes, NCCL reports an error, or the deadline passes. On an error or at
 // the deadline it aborts the communicator (ncclCommAbort: kernels waiting for a peer return, so
 // the GPU is not left spinning) and throws; the thread that waited (the group's worker, or the
 // p2p waiter) hands the error to the caller's Work, and the process group adds the operation's
@@ -21,6 +22,7 @@
 #include <string_view>
 
 #include "nccl/cuda_api.h"
+#include "util/wakeup.h"
 
 namespace ddp {
 class Store;
@@ -51,7 +53,8 @@ class Communicator {
 
   // The watchdog: returns when `event` has completed without an NCCL error; throws TimeoutError
   // at the deadline and PeerLostError/Error for NCCL's asynchronous errors, aborting first.
-  void wait(cudaEvent_t event, std::string_view what, Deadline deadline);
+  // `reached` (cuda::wakeup_when_reached, queued after the event; may be null) cuts its sleeps short.
+  void wait(cudaEvent_t event, std::string_view what, Deadline deadline, Wakeup* reached = nullptr);
 
   // Aborts the communicator (idempotent); later calls throw an error quoting `reason`.
   void abort(const std::string& reason) noexcept;

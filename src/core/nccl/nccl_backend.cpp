@@ -18,6 +18,7 @@
 #include "nccl/communicator.h"
 #include "nccl/cuda_api.h"
 #include "nccl/p2p_channel.h"
+#include "nccl/stream_wakeup.h"
 #include "ddp/detail/strings.h"
 
 namespace ddp::detail {
@@ -260,7 +261,8 @@ class NcclBackend final : public Backend {
     comm_->enqueue(
         what, [&](ncclComm_t c) { return calls(c, stream); }, deadline);
     done_->record(stream, what);
-    comm_->wait(done_->get(), what, deadline);
+    const auto reached = wakeup_when_reached(stream);
+    comm_->wait(done_->get(), what, deadline, reached.get());
     (in_place ? staged_in : staged_out).copy_back();
   }
 

@@ -4,6 +4,7 @@
 
 #include "ddp/error.h"
 #include "ddp/store.h"
+#include "nccl/stream_wakeup.h"
 #include "ddp/detail/strings.h"
 
 namespace ddp::detail {
@@ -19,6 +20,7 @@ struct P2PChannel::Transfer {
   std::exception_ptr error;
   std::shared_ptr<Communicator> comm;  // the communicator it was queued on
   std::unique_ptr<cuda::Event> done;
+  std::shared_ptr<Wakeup> reached;  // notified by CUDA after `done` (may be null)
 };
 
 P2PChannel::P2PChannel(std::shared_ptr<Store> store, std::string key, int from, int to, int self, int device,
@@ -66,7 +68,7 @@ Backend::Waiter P2PChannel::post(const Buffer& data) {
       }
       comm = transfer->comm;
     }
-    comm->wait(transfer->done->get(), what_, deadline);
+    comm->wait(transfer->done->get(), what_, deadline, transfer->reached.get());
   };
 }
 
@@ -110,6 +112,7 @@ void P2PChannel::start(Transfer& transfer) {
       },
       transfer.deadline);
   transfer.done->record(stream, what_);
+  transfer.reached = wakeup_when_reached(stream);
   std::lock_guard lock(transfer.mutex);
   transfer.comm = std::move(comm);
   transfer.queued = true;
