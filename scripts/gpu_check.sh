@@ -412,6 +412,10 @@ if [ -x "$BENCH" ] && [ "$(left)" -gt 60 ]; then
     run_one "ddp: no DDP" "$BENCH" --model resnet50 --device cuda --steps 30 --no-ddp
     run_one "ddp: DDP" "$BENCH" --model resnet50 --device cuda --steps 30
     run_one "ddp: DDP + allreduce hook" "$BENCH" --model resnet50 --device cuda --steps 30 --comm-hook allreduce
+    # The same with gradient_as_bucket_view: no copies in or out, so the difference to the row
+    # above is what the copies cost, and what is left is the hook's averaging and the host's work.
+    run_one "ddp: DDP + allreduce hook, bucket view" "$BENCH" --model resnet50 --device cuda --steps 30 \
+      --comm-hook allreduce --bucket-view
     if [ -n "$PY" ] && [ "$(left)" -gt 40 ]; then
       run_one "PyTorch: no DDP" "$PY" bench/torch_ddp_step.py --model resnet50 --device cuda --steps 30 --no-ddp
       run_one "PyTorch: DDP" "$PY" bench/torch_ddp_step.py --model resnet50 --device cuda --steps 30
@@ -423,7 +427,7 @@ if [ -x "$BENCH" ] && [ "$(left)" -gt 60 ]; then
     base=$(echo "${RUNS["$fw: no DDP"]:-}" | median)
     [ -z "$base" ] && continue
     row "$fw step, no DDP" "$base ms (median of $(echo "${RUNS["$fw: no DDP"]}" | wc -w))"
-    for variant in "DDP" "DDP + allreduce hook"; do
+    for variant in "DDP" "DDP + allreduce hook" "DDP + allreduce hook, bucket view"; do
       v=$(echo "${RUNS["$fw: $variant"]:-}" | median)
       [ -z "$v" ] && continue
       pct=$(awk -v a="$base" -v b="$v" 'BEGIN {printf "%+.1f", (b / a - 1) * 100}')

@@ -133,18 +133,18 @@ void Bucket::fill(const std::vector<std::uint8_t>& used, int divisor) {
   }
   if (!as_view_ && stale_alias_held()) move_memory();
   // On a GPU each kernel launch costs the host microseconds, about as much as copying a small
-  // gradient: the copies in and the averaging go as a few multi-tensor kernels for the bucket,
-  // not one per gradient. There both div_ by a scalar and mul_out compute x * float(1 / divisor),
-  // so one _foreach_mul_ is PyTorch's arithmetic to the bit. On the CPU the average is taken in
-  // the copy's own pass (mul_out) or in place as PyTorch does; plain copies are batched there too
-  // (one by one inside, the same bytes).
+  // gradient: the copies in, the zeros of unused gradients and the averaging go as a few
+  // multi-tensor kernels for the bucket, not one per gradient. There both div_ by a scalar and
+  // mul_out compute x * float(1 / divisor), so one _foreach_mul_ is PyTorch's arithmetic to the
+  // bit. On the CPU the average is taken in the copy's own pass (mul_out) or in place as PyTorch
+  // does; plain copies and zeros are batched there too (one by one inside, the same bytes).
   const bool gpu = flat_.is_cuda();
-  std::vector<at::Tensor> to, from, scaled;  // batched: copied in from `from`; then multiplied
+  std::vector<at::Tensor> to, from, scaled, zeroed;  // batched: copied in from `from`; multiplied; zeroed
   for (std::size_t k = 0; k < params_.size(); ++k) {
     at::Tensor& grad = params_[k].mutable_grad();
     at::Tensor& view = views_[k];
     if (!used[members_[k]] || !grad.defined()) {
-      view.zero_();
+      zeroed.push_back(view);
       continue;
     }
     if (grad.data_ptr() == view.data_ptr()) {  // lives in the bucket already
@@ -167,6 +167,7 @@ void Bucket::fill(const std::vector<std::uint8_t>& used, int divisor) {
     }
     if (as_view_) grad = alias(k);
   }
+  if (!zeroed.empty()) at::_foreach_zero_(zeroed);
   if (!to.empty()) compat::copy_all(to, from);
   if (!scaled.empty()) at::_foreach_mul_(scaled, 1.0 / divisor);
 }

@@ -69,7 +69,8 @@ TEST(StragglerReport, DdpFindsTheRankThatSleepsInItsDataLoading) {
       DistributedDataParallel model(std::make_shared<Mlp>());
       torch::optim::SGD optimizer(model->parameters(), 0.01);
       auto step = [&] {
-        if (rank == 1) std::this_thread::sleep_for(30ms);  // a slow data loader
+        // A slow data loader; 60 ms keeps the ratio above 5 on a machine busy with other work (30 ms did not).
+        if (rank == 1) std::this_thread::sleep_for(60ms);
         optimizer.zero_grad();
         model->forward(torch::randn({8, 20})).pow(2).mean().backward();
         optimizer.step();
