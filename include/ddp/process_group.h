@@ -82,10 +82,10 @@ class ProcessGroup {
   // n-th twin of this group), with a queue, connections and sequence numbers of its own: its
   // operations run at the same time as this group's, each group's still in issue order. DDP runs
   // every other bucket on one where no two ranks share a host (docs/DDP.md). Collective: every
-  // rank calls it, in the same order as its other twin() calls; throws as create() does. A later
-  // set_timeout on either group applies to that group alone.
+  // rank calls it, in the same order as its other twin() calls; throws as create() does.
   std::shared_ptr<ProcessGroup> twin();
-  // Applies to operations issued afterwards.
+  // Applies to operations issued afterwards, in this group and in its twins (twin()), which
+  // carry the same work: DDP's buckets go over both.
   void set_timeout(std::chrono::milliseconds timeout);
   // The global rank of group rank `rank`.
   int global_rank(int rank) const;

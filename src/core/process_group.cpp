@@ -3,6 +3,9 @@
 #include "ddp/process_group.h"
 
 #include <atomic>
+#include <memory>
+#include <mutex>
+#include <vector>
 
 #include "backend_registry.h"
 #include "ddp/error.h"
@@ -43,7 +46,14 @@ struct ProcessGroup::State {
   std::shared_ptr<Store> job_store;  // what `store` prefixes: twin() makes its groups there
   std::string backend_spec;          // as create() was given it
   std::string master_addr;
-  std::atomic<int> twins{0};                     // made by twin() so far
+  std::atomic<int> twins{0};  // made by twin() so far
+  // The group and its twins: to the user one group (DDP's buckets go over both), so a
+  // set_timeout on any of them applies to all.
+  struct Family {
+    std::mutex mutex;
+    std::vector<std::weak_ptr<State>> members;
+  };
+  std::shared_ptr<Family> family;
   std::unique_ptr<detail::BackendSet> backends;  // one, or one per device type
   std::unique_ptr<detail::ProgressSlot> progress;
   std::shared_ptr<detail::FailureHandler> failures;  // groups of more than one
@@ -262,6 +272,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const std::string& backend, s
   state->rank = rank;
   state->size = size;
   state->timeout_ms = options.timeout.count();
+  state->family = std::make_shared<State::Family>();
+  state->family->members.push_back(state);
   state->global_ranks = options.global_ranks;
   if (state->global_ranks.empty()) {
     for (int r = 0; r < size; ++r) state->global_ranks.push_back(r);
@@ -375,7 +387,14 @@ std::shared_ptr<ProcessGroup> ProcessGroup::twin() {
                               .global_ranks = state_->global_ranks,
                               .master_addr = state_->master_addr,
                               .settings = state_->settings};
-  return create(state_->backend_spec, state_->job_store, state_->rank, state_->size, std::move(options));
+  auto twin = create(state_->backend_spec, state_->job_store, state_->rank, state_->size, std::move(options));
+  std::lock_guard lock(state_->family->mutex);
+  twin->state_->timeout_ms = state_->timeout_ms.load();  // a set_timeout while it was made
+  twin->state_->family = state_->family;
+  auto& members = state_->family->members;
+  std::erase_if(members, [](const std::weak_ptr<State>& m) { return m.expired(); });  // DDPs made and dropped
+  members.push_back(twin->state_);
+  return twin;
 }
 
 std::shared_ptr<void> ProcessGroup::allocate_shared_memory(std::size_t bytes) {
@@ -387,7 +406,10 @@ void ProcessGroup::set_timeout(std::chrono::milliseconds timeout) {
   if (timeout <= std::chrono::milliseconds(0)) {
     throw InvalidArgument(cat("set_timeout: the timeout must be positive, got ", timeout.count(), " ms"));
   }
-  state_->timeout_ms = timeout.count();
+  std::lock_guard lock(state_->family->mutex);
+  for (const auto& member : state_->family->members) {
+    if (auto alive = member.lock()) alive->timeout_ms = timeout.count();
+  }
 }
 
 int ProcessGroup::global_rank(int rank) const {

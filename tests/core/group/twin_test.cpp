@@ -71,6 +71,30 @@ TEST(GroupTwin, HasTheSameRanksAndSettingsAndSequenceNumbersOfItsOwn) {
   });
 }
 
+// DDP's buckets go over the group and its twin, so a user's set_timeout must bound both: set on
+// either, it applies to the whole family, twins made later included.
+TEST(GroupTwin, ASetTimeoutOnEitherAppliesToTheGroupAndAllItsTwins) {
+  test::run_ranks(2, [](int rank, int) {
+    init_on_host(rank == 0 ? "a" : "b");
+    auto group = get_default_group();
+    auto twin = group->twin();
+    group->set_timeout(7s);  // an op reads its group's timeout() as it is issued
+    EXPECT_EQ(twin->timeout(), 7s);
+    twin->set_timeout(9s);
+    EXPECT_EQ(group->timeout(), 9s);
+    auto second = twin->twin();  // a twin of a twin is one of the family too
+    EXPECT_EQ(second->timeout(), 9s);
+    second->set_timeout(11s);
+    EXPECT_EQ(group->timeout(), 11s);
+    EXPECT_EQ(twin->timeout(), 11s);
+    twin.reset();
+    group->set_timeout(13s);  // with a member gone
+    EXPECT_EQ(second->timeout(), 13s);
+    second.reset();
+    destroy_process_group();
+  });
+}
+
 // Rank 0 starts an all_reduce on the group that rank 1 joins only after an all_reduce on the
 // twin: in one queue that would wait forever (rank 0's twin op behind its group op, rank 1's group
 // op behind its twin op); in two, the twin's runs while the group's waits.
