@@ -4,8 +4,6 @@
 
 #include <atomic>
 #include <memory>
-#include <mutex>
-#include <vector>
 
 #include "backend_registry.h"
 #include "ddp/error.h"
@@ -41,19 +39,14 @@ struct ProcessGroup::State {
   int rank = 0;
   int size = 1;
   std::vector<int> global_ranks;
-  std::atomic<long long> timeout_ms{0};
+  // Shared with its twins: to the user they are one group (DDP's buckets go over both), so a
+  // set_timeout on any of them applies to all.
+  std::shared_ptr<std::atomic<long long>> timeout_ms = std::make_shared<std::atomic<long long>>(0);
   std::shared_ptr<Store> store;      // this group's keys
   std::shared_ptr<Store> job_store;  // what `store` prefixes: twin() makes its groups there
   std::string backend_spec;          // as create() was given it
   std::string master_addr;
-  std::atomic<int> twins{0};  // made by twin() so far
-  // The group and its twins: to the user one group (DDP's buckets go over both), so a
-  // set_timeout on any of them applies to all.
-  struct Family {
-    std::mutex mutex;
-    std::vector<std::weak_ptr<State>> members;
-  };
-  std::shared_ptr<Family> family;
+  std::atomic<int> twins{0};                     // made by twin() so far
   std::unique_ptr<detail::BackendSet> backends;  // one, or one per device type
   std::unique_ptr<detail::ProgressSlot> progress;
   std::shared_ptr<detail::FailureHandler> failures;  // groups of more than one
@@ -70,7 +63,7 @@ struct ProcessGroup::State {
   std::shared_ptr<detail::Worker> worker;      // collectives, in order (an OnWait op's waiter may run its own)
   std::unique_ptr<detail::Worker> p2p_waiter;  // waits for posted sends and receives, in order
 
-  std::chrono::milliseconds timeout() const { return std::chrono::milliseconds(timeout_ms.load()); }
+  std::chrono::milliseconds timeout() const { return std::chrono::milliseconds(timeout_ms->load()); }
 
   std::shared_ptr<Work> make_work(const Op& op) {
     auto work = std::make_shared<Work>([op, group = name] { return cat(describe(op), " in group '", group, "'"); });
@@ -271,9 +264,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const std::string& backend, s
   state->name = options.name;
   state->rank = rank;
   state->size = size;
-  state->timeout_ms = options.timeout.count();
-  state->family = std::make_shared<State::Family>();
-  state->family->members.push_back(state);
+  *state->timeout_ms = options.timeout.count();
   state->global_ranks = options.global_ranks;
   if (state->global_ranks.empty()) {
     for (int r = 0; r < size; ++r) state->global_ranks.push_back(r);
@@ -388,12 +379,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::twin() {
                               .master_addr = state_->master_addr,
                               .settings = state_->settings};
   auto twin = create(state_->backend_spec, state_->job_store, state_->rank, state_->size, std::move(options));
-  std::lock_guard lock(state_->family->mutex);
-  twin->state_->timeout_ms = state_->timeout_ms.load();  // a set_timeout while it was made
-  twin->state_->family = state_->family;
-  auto& members = state_->family->members;
-  std::erase_if(members, [](const std::weak_ptr<State>& m) { return m.expired(); });  // DDPs made and dropped
-  members.push_back(twin->state_);
+  twin->state_->timeout_ms = state_->timeout_ms;  // no op has been issued on it yet
   return twin;
 }
 
@@ -406,10 +392,7 @@ void ProcessGroup::set_timeout(std::chrono::milliseconds timeout) {
   if (timeout <= std::chrono::milliseconds(0)) {
     throw InvalidArgument(cat("set_timeout: the timeout must be positive, got ", timeout.count(), " ms"));
   }
-  std::lock_guard lock(state_->family->mutex);
-  for (const auto& member : state_->family->members) {
-    if (auto alive = member.lock()) alive->timeout_ms = timeout.count();
-  }
+  *state_->timeout_ms = timeout.count();
 }
 
 int ProcessGroup::global_rank(int rank) const {

@@ -53,7 +53,7 @@ class Communicator {
 
   // The watchdog: returns when `event` has completed without an NCCL error; throws TimeoutError
   // at the deadline and PeerLostError/Error for NCCL's asynchronous errors, aborting first.
-  // `reached` (cuda::wakeup_when_reached, queued after the event; may be null) cuts its sleeps short.
+  // `reached` (wakeup_when_reached, queued after the event; may be null) cuts its sleeps short.
   void wait(cudaEvent_t event, std::string_view what, Deadline deadline, Wakeup* reached = nullptr);
 
   // Aborts the communicator (idempotent); later calls throw an error quoting `reason`.
