@@ -10,7 +10,8 @@ cd "$(dirname "$0")/.."
 seconds="${1:-60}"
 flight_seconds="${DDP_FUZZ_FLIGHT_SECONDS:-30}"
 weights_seconds=$(((seconds + 2) / 3))
-CXX=clang++ CC=clang cmake -S . -B build-fuzz -G Ninja -DDDP_BUILD_FUZZERS=ON -DDDP_BUILD_TORCH=OFF \
+source scripts/compiler_cache.sh
+CXX=clang++ CC=clang cmake -S . -B build-fuzz -G Ninja "${ccache_launcher[@]}" -DDDP_BUILD_FUZZERS=ON -DDDP_BUILD_TORCH=OFF \
   -DDDP_BUILD_BENCH=OFF -DDDP_BUILD_EXAMPLES=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 ninja -C build-fuzz store_wire_fuzzer flight_dump_fuzzer pytorch_weights_fuzzer safetensors_fuzzer
 mkdir -p build-fuzz/artifacts

@@ -14,6 +14,7 @@ cd "$(dirname "$0")/.."
 
 PACKAGES=(
   cmake ninja-build g++ pkg-config
+  ccache                             # the compiler cache (scripts/compiler_cache.sh)
   libtorch-dev libopenblas0-openmp   # LibTorch 1.13 (CPU) and the BLAS that makes it fast
   libgloo-dev                        # Gloo's headers for a build without its source (docs/GLOO.md)
   zlib1g-dev                         # reading the gzip'd IDX files
@@ -67,11 +68,12 @@ if [ -n "$torch" ]; then
   upstream=("-DCMAKE_PREFIX_PATH=$prefix")
 fi
 gloo_source="$(scripts/private_gloo.sh | tail -n 1)"
+source scripts/compiler_cache.sh
 
 if [ ! -f "$BUILD/build.ninja" ] || (($#)) || ((${#upstream[@]})); then
   echo "setup: configuring $BUILD"
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DDDP_GLOO_SOURCE_DIR=$gloo_source" \
-    "${upstream[@]}" "$@" >/dev/null
+    "${ccache_launcher[@]}" "${upstream[@]}" "$@" >/dev/null
 fi
 echo "setup: building ${targets[*]:-everything} in $BUILD"
 # DDP_BUILD_JOBS: parallel jobs (default one per core); a LibTorch translation unit needs about 1 GB and 20 s.
