@@ -6,23 +6,21 @@
 #include <cstdio>
 #include <fstream>
 
-#include "agent.h"
-#include "command.h"
+#include "agent/agent.h"
+#include "cli/command.h"
 #include "ddp/error.h"
-#include "job_config.h"
-#include "options.h"
-#include "orphan_guard.h"
-#include "signals.h"
+#include "cli/job_config.h"
+#include "cli/options.h"
+#include "workers/orphan_guard.h"
+#include "workers/signals.h"
 #include "ddp/detail/strings.h"
-#include "worker_output.h"
+#include "workers/worker_output.h"
 
 namespace {
 
 using namespace ddp::launcher;
 
 constexpr int kExitUsage = 2;
-
-void say(const std::string& text) { write_fully(STDERR_FILENO, "ddprun: " + text + "\n"); }
 
 std::string random_run_id() {
   unsigned char bytes[16] = {};

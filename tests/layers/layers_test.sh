@@ -43,10 +43,10 @@ expect_failure "the front reaching into the core" 'src/torch/collectives.cpp: in
   "src/torch builds against include/ddp only"
 
 fresh_copy
-echo '#include "store/connection.h"' >>"$work/tree/src/launcher/agent.h"
+echo '#include "store/connection.h"' >>"$work/tree/src/launcher/agent/agent.h"
 echo '#include "flight/recorder.h"' >>"$work/tree/src/tools/ddp_trace/main.cpp"
 expect_failure "the launcher and a tool reaching into the core, both named" "2 include(s) cross a wall" \
-  'src/launcher/agent.h: includes "store/connection.h"' 'src/tools/ddp_trace/main.cpp: includes "flight/recorder.h"'
+  'src/launcher/agent/agent.h: includes "store/connection.h"' 'src/tools/ddp_trace/main.cpp: includes "flight/recorder.h"'
 
 fresh_copy
 sed -i 's/^  "util:"/  "util:group"/' "$work/tree/cmake/layers.cmake"
