@@ -1,15 +1,20 @@
-// The backend registry (ddp/backend.h, src/core/backend_registry.h): a registration's usability
+// The backend registry (ddp/backend.h, src/core/backends/registry.h): a registration's usability
 // check refuses a group with its own message, and a group of one copies with the backend's copy.
 // No GPU here: the "device" backends take host memory labelled CUDA.
 #include "backends/registry.h"
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <vector>
 
+#include "cpu/cpu_backend.h"
+#include "ddp/distributed.h"
 #include "ddp/error.h"
 #include "ddp/process_group.h"
+#include "nccl/nccl_backend.h"
 #include "support/expect_error.h"
+#include "support/multiprocess.h"
 
 namespace ddp::detail {
 namespace {
@@ -37,6 +42,27 @@ TEST(BackendRegistry, AnUnusableBackendIsRefusedWithItsCheckSMessage) {
   expect_error<InvalidArgument>([] { check_backend_usable("needs_libthing"); }, {"install libthing-dev"});
   expect_error<InvalidArgument>([] { ProcessGroup::create("needs_libthing", nullptr, 0, 1); },
                                 {"needs_libthing: this build has no libthing", "install libthing-dev and rebuild"});
+}
+
+TEST(BackendRegistry, ThePeersOfARankThatCannotRunTheBackendHearItsCheckSMessage) {
+  using namespace std::chrono_literals;
+  test::run_ranks(2, [](int rank, int) {
+    register_backend("unusable_on_1", BackendRegistration{.factory = make_cpu_backend, .check_usable = [rank] {
+                                                            if (rank == 1)
+                                                              throw InvalidArgument("install libthing-dev");
+                                                          }});
+    expect_error<Error>([] { init_process_group("unusable_on_1", {.timeout = 60s}); }, {"install libthing-dev"});
+    EXPECT_FALSE(is_initialized());
+  });
+}
+
+TEST(BackendRegistry, TheBuiltinNcclCheckSaysWhatItNeeds) {
+  if (cuda_available()) GTEST_SKIP() << "this machine has a CUDA device; the gpu tests cover nccl";
+#ifdef DDP_WITH_NCCL
+  expect_error<Error>([] { check_backend_usable("nccl"); }, {"the nccl backend needs a CUDA device", "gloo"});
+#else
+  expect_error<InvalidArgument>([] { check_backend_usable("nccl"); }, {nccl_missing_message()});
+#endif
 }
 
 TEST(BackendRegistry, AKeyedGroupIsRefusedWhenOneOfItsBackendsIsUnusable) {
