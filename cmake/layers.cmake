@@ -14,13 +14,14 @@ set(DDP_CORE_LAYERS
   "op:util reduce"                                 # an operation: its names, checks and fingerprint
   "records:util store op"                          # failure records in the store, flight dumps on disk
   "nccl:util"                                      # CUDA and NCCL: device copies, communicators, the nccl backend
-  "group:util net store reduce op records nccl"       # a group's ops: ordering, progress, failures, membership
-  "flight:util net op records group"                  # the flight recorder, its signal dumps, last words
+  "group:util net store reduce op records"         # a group's ops: ordering, progress, failures, membership
+  "flight:util net op records group"               # the flight recorder, its signal dumps, last words
   "shm:util reduce"                                # one host's shared-memory collectives
-  "gloo:util net store reduce op records group flight"  # the gloo backend (TCP between hosts)
-  "cpu:util reduce shm gloo"                       # the CPU backend: shared memory on a host, gloo between
-  "init:util net store op records group nccl flight"  # init_process_group, init methods
-  "api:util net store reduce op records nccl group flight shm gloo cpu init")  # ProcessGroup, the backend registry
+  "gloo:util net store reduce op records group flight"  # Gloo between hosts: one part of the cpu backend
+  "cpu:util reduce shm gloo"                       # the CPU backend, registered as "gloo": shm on a host, gloo between
+  "backends:util group nccl gloo cpu"              # the backend registry, and the one place naming the builtin ones
+  "init:util net store op records group flight backends"  # init_process_group, init methods
+  "api:util net store reduce op records group flight backends init")  # ProcessGroup
 
 # The layers in order, and what one of them uses.
 function(ddp_layer_names out)

@@ -105,8 +105,27 @@ using BackendFactory = std::function<std::unique_ptr<Backend>(const BackendConte
 // a group of one has no backend object, yet accepts what the named backend accepts.
 using DeviceFilter = std::function<bool(const Device&)>;
 
-// Makes `name` available to init_process_group and new_group, for buffers on the devices
-// `accepts` admits (default: the CPU). Thread-safe; replaces an earlier registration of the same name.
+// Throws, saying why and what to install or set, when this process cannot run the backend (nccl:
+// no NCCL in this build, no GPU, or none that LOCAL_RANK names). Every rank runs it before it joins
+// a group, so that one that cannot says so at once instead of leaving its peers waiting.
+using UsabilityCheck = std::function<void()>;
+// Copies to.bytes() bytes from `from` to `to` (equal sizes) on the devices the backend accepts, and
+// has completed when it returns: what a group of one does for all_gather, gather, scatter,
+// reduce_scatter and all_to_all, with no backend object to ask.
+using BufferCopy = std::function<void(const Buffer& from, const Buffer& to)>;
+
+// Everything the group knows of a backend before (or without) making one.
+struct BackendRegistration {
+  BackendFactory factory;
+  DeviceFilter accepts;         // null: the CPU
+  UsabilityCheck check_usable;  // null: always usable
+  BufferCopy copy;              // null: host memory (a memmove; device buffers throw)
+};
+
+// Makes `name` available to init_process_group and new_group. Thread-safe; replaces an earlier
+// registration of the same name. Throws InvalidArgument when registration.factory is null.
+void register_backend(const std::string& name, BackendRegistration registration);
+// The same, for buffers on the devices `accepts` admits (default: the CPU), always usable.
 void register_backend(const std::string& name, BackendFactory factory, DeviceFilter accepts = nullptr);
 // True when `name` is registered (a stub backend that explains what to install counts).
 bool is_backend_registered(const std::string& name);

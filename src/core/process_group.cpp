@@ -5,7 +5,7 @@
 #include <atomic>
 #include <memory>
 
-#include "backend_registry.h"
+#include "backends/registry.h"
 #include "ddp/error.h"
 #include "ddp/hash_store.h"
 #include "ddp/prefix_store.h"
@@ -16,7 +16,6 @@
 #include "ddp/detail/failure_record.h"
 #include "group/membership.h"
 #include "flight/last_words.h"
-#include "group/local_backend.h"
 #include "ddp/detail/op.h"
 #include "group/progress.h"
 #include "ddp/detail/error_kind.h"
@@ -291,7 +290,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const std::string& backend, s
   if (size == 1) {
     if (unusable) std::rethrow_exception(unusable);
     for (const auto& choice : choices) {
-      backends.push_back(detail::make_local_backend(choice.backend, detail::accepted_devices(choice.backend)));
+      backends.push_back(detail::make_local_backend(choice.backend));
     }
     state->backends = std::make_unique<detail::BackendSet>(choices, std::move(backends));
   } else {

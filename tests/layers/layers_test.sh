@@ -34,6 +34,11 @@ expect_failure "a layer reaching up" 'src/core/group/progress.cpp: includes "fli
   "'flight', which layer 'group' does not use" "move what both need down a layer"
 
 fresh_copy
+echo '#include "nccl/device_copy.h"' >>"$work/tree/src/core/group/local_backend.cpp"
+expect_failure "a generic layer naming a backend" 'src/core/group/local_backend.cpp: includes "nccl/device_copy.h"' \
+  "layer 'group' does not use"
+
+fresh_copy
 echo '#include "shm/segment.h"' >>"$work/tree/src/core/store/tcp_store.cpp"
 expect_failure "a layer reaching sideways" 'src/core/store/tcp_store.cpp: includes "shm/segment.h"' "layer 'store' does not use"
 

@@ -90,8 +90,6 @@ std::string to_string(const std::vector<BackendChoice>& choices) {
   return out;
 }
 
-std::string default_backend_spec(bool cuda_available) { return cuda_available ? "cpu:gloo,cuda:nccl" : "gloo"; }
-
 std::size_t choice_for(const std::vector<BackendChoice>& choices, const Op& op) {
   const Device::Type type = op.type == OpType::Barrier ? Device::Type::CPU : deciding_buffer(op).device.type;
   for (std::size_t i = 0; i < choices.size(); ++i) {
@@ -135,17 +133,8 @@ Backend* BackendSet::for_device(const Device& device) const {
 }
 
 Backend& BackendSet::for_op(const Op& op) const {
-  if (op.type != OpType::Barrier) {
-    if (Backend* backend = for_device(deciding_buffer(op).device)) return *backend;
-  }
-  return host_ ? *host_ : *backends_.front();
-}
-
-std::string BackendSet::backend_name_for(const Device& device) const {
-  for (const auto& c : choices_) {
-    if (!c.device || same_type(c, device)) return c.backend;
-  }
-  return name_;
+  const std::size_t i = choice_for(choices_, op);
+  return *backends_[i < backends_.size() ? i : 0];
 }
 
 void BackendSet::abort() noexcept {

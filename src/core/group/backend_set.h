@@ -29,11 +29,9 @@ struct BackendChoice {
 std::vector<BackendChoice> parse_backend_spec(const std::string& spec);
 // The spec in canonical form: "gloo", or "cpu:gloo,cuda:nccl" (CPU first).
 std::string to_string(const std::vector<BackendChoice>& choices);
-// What "" means, as in PyTorch 2.x: both when CUDA is usable, else gloo alone.
-std::string default_backend_spec(bool cuda_available);
-// The index in `choices` of the backend that runs `op` (a barrier: the CPU's), or choices.size()
-// where none is named for its buffers' device; pure (BackendSet::for_op decides the same from the
-// backends themselves).
+// The one rule for which backend runs `op`: the index in `choices` of the one named for its
+// buffers' device (a barrier, with no buffers: the CPU's), or choices.size() where none is named
+// for it. Pure: BackendSet::for_op, the failure text and the flight recorder all decide by it.
 std::size_t choice_for(const std::vector<BackendChoice>& choices, const Op& op);
 // That backend by name (none named: the whole spec).
 std::string backend_for(const std::vector<BackendChoice>& choices, const Op& op);
@@ -53,13 +51,12 @@ class BackendSet {
   bool accepts(const Device& device) const;
   // The backend of `device`'s buffers, or null.
   Backend* for_device(const Device& device) const;
-  // The backend that runs `op`: its buffers' device's. A barrier (no buffers) runs on the backend
-  // of host buffers when there is one (as PyTorch's gloo barrier in a keyed group), else the first.
+  // The backend that runs `op`, by choice_for: its buffers' device's; a barrier's is the CPU's
+  // (as PyTorch's gloo barrier in a keyed group). Where none is named for it (a barrier of
+  // "cuda:nccl" alone), the first.
   Backend& for_op(const Op& op) const;
   // The backend of host buffers, or null (a group of nccl alone).
   Backend* host() const { return host_; }
-  // The backend named for `device` in a keyed spec ("gloo" for the CPU), or the only one.
-  std::string backend_name_for(const Device& device) const;
   void abort() noexcept;
   std::shared_ptr<void> allocate_shared(std::size_t bytes);
 

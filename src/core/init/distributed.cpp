@@ -11,8 +11,8 @@
 #include "ddp/tcp_store.h"
 #include "init/init_method.h"
 #include "ddp/detail/launch_env.h"
+#include "backends/registry.h"
 #include "group/backend_set.h"
-#include "nccl/nccl_backend.h"
 #include "ddp/detail/log.h"
 #include "ddp/detail/error_kind.h"
 
@@ -124,8 +124,7 @@ void init_process_group(const std::string& backend_name, InitOptions options) {
                                 ". Check RANK and WORLD_SIZE (or InitOptions)."));
     }
     // "" as in PyTorch 2.x: gloo for CPU tensors, and NCCL for CUDA ones where CUDA is usable.
-    const std::string backend =
-        backend_name.empty() ? detail::default_backend_spec(detail::cuda_available()) : backend_name;
+    const std::string backend = backend_name.empty() ? detail::default_backend_spec() : backend_name;
     detail::parse_backend_spec(backend);  // a malformed spec fails before any waiting
 
     std::shared_ptr<Store> store = options.store;

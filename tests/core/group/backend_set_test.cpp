@@ -7,6 +7,7 @@
 
 #include <atomic>
 
+#include "backends/registry.h"
 #include "cpu/cpu_backend.h"
 #include "ddp/distributed.h"
 #include "ddp/error.h"
