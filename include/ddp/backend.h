@@ -19,11 +19,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
 
-#include "ddp/detail/settings.h"
 #include "ddp/types.h"
 
 namespace ddp {
@@ -97,7 +97,9 @@ struct BackendContext {
   int size = 1;
   std::chrono::milliseconds timeout = kDefaultTimeout;
   std::string master_addr;    // the job's master host, to pick the interface that reaches it
-  detail::Settings settings;  // the group's DDP_* settings (ddp/detail/settings.h)
+  // The group's variables (ProcessGroupOptions::variables), in front of the process's
+  // environment: a backend reads the variables it declares from them as it is made.
+  std::map<std::string, std::string> variables;
 };
 
 using BackendFactory = std::function<std::unique_ptr<Backend>(const BackendContext&)>;

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -30,9 +31,9 @@ struct InitOptions {
   std::optional<int> rank;                              // overrides RANK
   std::chrono::milliseconds timeout = kDefaultTimeout;  // rendezvous and every collective
   std::shared_ptr<Store> store;                         // rendezvous through this store instead of init_method
-  // The DDP_* settings (ddp/detail/settings.h) of the default group and the groups new_group makes
-  // from it; when empty, read from the environment here.
-  std::optional<detail::Settings> settings;
+  // Variables the default group, and the groups new_group makes from it, read in front of the
+  // process's environment (ProcessGroupOptions::variables).
+  std::map<std::string, std::string> variables;
 };
 
 // Creates the default group ("world"). `backend`: "gloo" (CPU tensors), "nccl" (CUDA tensors),

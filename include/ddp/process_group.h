@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -46,9 +47,10 @@ struct ProcessGroupOptions {
   std::string name = "world";                           // shown in errors; keys the store
   std::vector<int> global_ranks;                        // global rank of each group rank; empty: the identity
   std::string master_addr;  // the host the job's store runs on (picks the network interface)
-  // The DDP_* settings (ddp/detail/settings.h); when empty, read from the environment as the group
-  // is made. A test or a program sets them per group here instead of per process.
-  std::optional<detail::Settings> settings;
+  // Environment variables (DDP_*, README's table) this group and what is built on it read as if
+  // they were set, in front of the process's environment: a test or a program sets one group's
+  // settings here instead of per process. Twins and new_group's groups get the same.
+  std::map<std::string, std::string> variables;
 };
 
 class ProcessGroup {
@@ -72,8 +74,9 @@ class ProcessGroup {
   // GPU). The LibTorch front stages other devices' tensors through host memory.
   bool accepts(const Device& device) const;
   std::chrono::milliseconds timeout() const;
-  // The DDP_* settings it was made with (ProcessGroupOptions::settings).
-  const detail::Settings& settings() const;
+  // The variables it was made with (ProcessGroupOptions::variables), for the parts built on it
+  // that read their own (DistributedDataParallel, Checkpoints).
+  const std::map<std::string, std::string>& variables() const;
   // How many hosts its ranks are on, as its backend for host buffers learned when the group was
   // made (the same on every rank): 1 for a group of one; 0 when the backend does not say (nccl).
   // Ranks with DDP_SHM_HOST_ID set count as that host.

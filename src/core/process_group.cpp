@@ -52,7 +52,8 @@ struct ProcessGroup::State {
   std::uint64_t last_words = 0;      // its note for the peers should the process end (flight/last_words)
   FlightRecorder* flight = nullptr;  // the process's flight recorder
   std::uint32_t flight_group = 0;    // this group's index in it
-  detail::Settings settings;         // its DDP_* settings, read once as it was made
+  std::map<std::string, std::string> variables;  // ProcessGroupOptions::variables
+  bool debug = false;                            // DDP_DEBUG, read once as it was made
 
   std::mutex issue_mutex;  // orders sequence numbers, p2p posts and the switch to "broken"
   std::uint64_t next_seq = 0;
@@ -89,7 +90,7 @@ struct ProcessGroup::State {
     try {
       const auto deadline = started + timeout();
       Backend& backend = backends->for_op(op);
-      if (settings.debug && size > 1) {
+      if (debug && size > 1) {
         detail::check_agreement(backends->host() ? *backends->host() : backend, op, deadline);  // host fingerprints
       }
       if (op.agreed_count() > 0 || op.type == OpType::Barrier) detail::execute(backend, op, deadline);
@@ -257,9 +258,11 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const std::string& backend, s
   }
   auto& flight = FlightRecorder::instance();  // first: a bad DDP_FLIGHT_RECORDER fails before any waiting
   auto state = std::make_shared<State>();
-  state->settings = options.settings ? *options.settings : detail::process_settings();
-  state->settings.check();
-  state->settings.log_warnings();
+  state->variables = options.variables;
+  detail::VariableProblems problems;
+  state->debug =
+      detail::read_variables(detail::kDebugVariables, detail::with_overrides(options.variables), problems).check_agreement;
+  problems.log_warnings();
   state->name = options.name;
   state->rank = rank;
   state->size = size;
@@ -324,7 +327,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const std::string& backend, s
                              size,
                              options.timeout,
                              options.master_addr,
-                             state->settings};
+                             state->variables};
       backends.push_back(detail::find_backend(choice.backend)(context));
     }
     state->backends = std::make_unique<detail::BackendSet>(choices, std::move(backends));
@@ -362,7 +365,7 @@ std::string_view ProcessGroup::backend_name() const { return state_->backends->n
 bool ProcessGroup::accepts(const Device& device) const { return state_->backends->accepts(device); }
 std::chrono::milliseconds ProcessGroup::timeout() const { return state_->timeout(); }
 
-const detail::Settings& ProcessGroup::settings() const { return state_->settings; }
+const std::map<std::string, std::string>& ProcessGroup::variables() const { return state_->variables; }
 
 int ProcessGroup::hosts() const {
   if (state_->size == 1) return 1;
@@ -376,7 +379,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::twin() {
                               .name = cat(state_->name, "~", n),
                               .global_ranks = state_->global_ranks,
                               .master_addr = state_->master_addr,
-                              .settings = state_->settings};
+                              .variables = state_->variables};
   auto twin = create(state_->backend_spec, state_->job_store, state_->rank, state_->size, std::move(options));
   twin->state_->timeout_ms = state_->timeout_ms;  // no op has been issued on it yet
   return twin;

@@ -19,7 +19,7 @@
 #include "ddp/distributed.h"
 #include "ddp/error.h"
 #include "ddp/detail/log.h"
-#include "ddp/detail/settings.h"
+#include "checkpoint_variables.h"
 #include "ddp/detail/strings.h"
 
 namespace ddp {
@@ -186,8 +186,9 @@ std::string Checkpoints::save(std::int64_t step, const std::function<void(torch:
       auto files = list();
       for (std::size_t i = static_cast<std::size_t>(options_.keep); i < files.size(); ++i) ::unlink(files[i].c_str());
       remove_stale_temporaries();
-      record_for_launcher(g ? g->settings().checkpoint_record : detail::process_settings().checkpoint_record, step,
-                          path);
+      detail::VariableProblems ignored;  // text
+      const auto variables = detail::with_overrides(g ? g->variables() : std::map<std::string, std::string>{});
+      record_for_launcher(detail::read_variables(detail::kCheckpointVariables, variables, ignored).record, step, path);
     } catch (...) {
       failure = std::current_exception();
     }

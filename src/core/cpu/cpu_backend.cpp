@@ -10,6 +10,7 @@
 #include "ddp/store.h"
 #include "cpu/hierarchy.h"
 #include "gloo/gloo_backend.h"
+#include "gloo/tuning.h"
 #include "shm/host_collectives.h"
 #include "shm/rendezvous.h"
 #include "shm/topology.h"
@@ -121,7 +122,11 @@ std::string rank_zeros(const BackendContext& ctx, const std::string& key, std::s
 }  // namespace
 
 std::unique_ptr<Backend> make_cpu_backend(const BackendContext& ctx) {
-  const shm::Tuning& tuning = ctx.settings.shm;
+  const auto variables = with_overrides(ctx.variables);
+  VariableProblems problems;
+  const shm::Tuning tuning = read_variables(shm::kShmVariables, variables, problems);
+  const GlooTuning gloo_tuning = read_variables(kGlooVariables, variables, problems);
+  problems.log_warnings();
   const auto deadline = std::chrono::steady_clock::now() + ctx.timeout;
   const shm::Identity me{tuning.enabled, ::getpid(),
                          tuning.host_id.empty() ? shm::local_host_identity() : tuning.host_id,
@@ -154,7 +159,7 @@ std::unique_ptr<Backend> make_cpu_backend(const BackendContext& ctx) {
 
   const GlooPlacement placement{.one_network = shm::one_network(ids), .hosts = static_cast<int>(plan.hosts.size())};
   const std::string doubling_key = "gloo_doubling_bytes";
-  const auto doubling = parse_int(rank_zeros(ctx, doubling_key, std::to_string(tuning.gloo_doubling_bytes), deadline));
+  const auto doubling = parse_int(rank_zeros(ctx, doubling_key, std::to_string(gloo_tuning.doubling_bytes), deadline));
   if (!doubling || *doubling < 0) throw InvalidArgument(cat("gloo: rank 0 published a malformed ", doubling_key));
   const auto doubling_bytes = static_cast<std::size_t>(*doubling);
   auto gloo = make_gloo_backend(ctx, placement, doubling_bytes);
@@ -170,7 +175,7 @@ std::unique_ptr<Backend> make_cpu_backend(const BackendContext& ctx) {
                               static_cast<int>(plan.hosts.size()),
                               ctx.timeout,
                               ctx.master_addr,
-                              ctx.settings};
+                              ctx.variables};
     GlooPlacement across_placement = placement;
     for (const auto& ranks : plan.hosts) across_placement.group_ranks.push_back(ranks[striped ? plan.local : 0]);
     across = make_gloo_backend(across_ctx, across_placement, doubling_bytes);

@@ -15,7 +15,6 @@
 #include "flight/signal_dumps.h"
 #include "ddp/detail/socket.h"
 #include "ddp/detail/log.h"
-#include "ddp/detail/settings.h"
 
 namespace ddp::detail {
 namespace {
@@ -33,10 +32,11 @@ FlightRecorder* g_process = nullptr;
 FlightRecorder& FlightRecorder::instance() {
   static std::once_flag once;  // an exception leaves it unset: the next call tries again
   std::call_once(once, [] {
-    const Settings settings = process_settings();
-    settings.check();
-    g_process = new FlightRecorder(settings.flight_capacity, flight_dir(process_env(), ::getuid(), ::getpid()),
-                                   settings.job_id);
+    VariableProblems problems;
+    const FlightSettings flight = read_variables(kFlightVariables, process_env(), problems);
+    problems.check();
+    g_process = new FlightRecorder(flight.capacity, flight_dir(process_env(), ::getuid(), ::getpid()),
+                                   flight_job_id(process_env()));
   });
   return *g_process;
 }

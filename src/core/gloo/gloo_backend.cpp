@@ -21,6 +21,7 @@
 #include "gloo/doubling.h"
 #include "gloo/gloo_backend.h"
 #include "gloo/store_adapter.h"
+#include "gloo/tuning.h"
 #include "reduce/reduce.h"
 #include "util/deadline.h"
 #include "ddp/detail/error_kind.h"
@@ -72,7 +73,9 @@ class GlooBackend final : public Backend {
         doubling_bytes_(doubling_bytes),
         group_ranks_(placement.group_ranks),
         hosts_(placement.hosts) {
-    auto device = shared_device(ctx.master_addr, ctx.settings.socket_ifname, placement);
+    VariableProblems ignored;  // text; the CPU backend reports the tuning's problems
+    const auto ifname = read_variables(kGlooVariables, with_overrides(ctx.variables), ignored).socket_ifname;
+    auto device = shared_device(ctx.master_addr, ifname, placement);
     auto context = std::make_shared<gloo::rendezvous::Context>(ctx.rank, ctx.size);
     context->setTimeout(ctx.timeout);
     GlooStore store(*ctx.store);

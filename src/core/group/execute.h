@@ -4,13 +4,23 @@
 
 #include "ddp/backend.h"
 #include "ddp/detail/op.h"
+#include "ddp/detail/variables.h"
 
 namespace ddp::detail {
 
 // Runs a collective (not send/recv) on `backend`.
 void execute(Backend& backend, const Op& op, Backend::Deadline deadline);
 
-// Debug mode (the group's settings: DDP_DEBUG=1): exchanges every rank's fingerprint of `op` and throws MismatchError
+// Debug mode, a group's setting (DDP_DEBUG=1).
+struct DebugSettings {
+  bool check_agreement = false;
+};
+inline constexpr Variable<DebugSettings> kDebugVariables[] = {
+    {"DDP_DEBUG", "1: check before every collective that all ranks call the same one",
+     read_switch<DebugSettings, &DebugSettings::check_agreement>},
+};
+
+// Debug mode: exchanges every rank's fingerprint of `op` and throws MismatchError
 // listing what each rank called when they differ.
 void check_agreement(Backend& backend, const Op& op, Backend::Deadline deadline);
 

@@ -12,6 +12,7 @@
 #include "init/init_method.h"
 #include "ddp/detail/launch_env.h"
 #include "backends/registry.h"
+#include "store/store_variables.h"
 #include "group/backend_set.h"
 #include "ddp/detail/log.h"
 #include "ddp/detail/error_kind.h"
@@ -49,7 +50,7 @@ std::shared_ptr<ProcessGroup> require(const std::shared_ptr<ProcessGroup>& group
 }
 
 std::shared_ptr<Store> make_store(const detail::InitMethod& method, const detail::LaunchEnv& env,
-                                  const detail::Settings& settings, int rank, std::chrono::milliseconds timeout,
+                                  const std::optional<std::string>& store_protocol, int rank, std::chrono::milliseconds timeout,
                                   int generation, std::string& master_addr) {
   if (method.kind == detail::InitMethod::Kind::File) {
     auto store = std::make_shared<FileStore>(method.path);
@@ -81,7 +82,7 @@ std::shared_ptr<Store> make_store(const detail::InitMethod& method, const detail
   // sets nothing and hosts a PyTorch TCPStore. Otherwise rank 0 hosts a ddp store.
   const bool launcher_store = method.kind == detail::InitMethod::Kind::Env && env.use_agent_store;
   options.is_server = rank == 0 && !launcher_store;
-  if (launcher_store) options.protocol = agent_store_protocol(settings.store_protocol);
+  if (launcher_store) options.protocol = agent_store_protocol(store_protocol);
   // Rank 0's store lives as long as this init: a rank that re-initializes quickly must not join
   // the previous store while rank 0 is still tearing it down.
   if (!launcher_store) options.generation = static_cast<std::uint64_t>(generation) + 1;
@@ -101,7 +102,9 @@ void init_process_group(const std::string& backend_name, InitOptions options) {
   }
   try {
     const auto env = detail::read_launch_env(detail::process_env());
-    const detail::Settings settings = options.settings ? *options.settings : detail::process_settings();
+    detail::VariableProblems problems;
+    const auto protocol =
+        detail::read_variables(detail::kStoreVariables, detail::with_overrides(options.variables), problems).protocol;
     const auto method = detail::parse_init_method(options.init_method);
     if (options.timeout <= std::chrono::milliseconds(0)) {
       throw InvalidArgument(cat("the timeout must be positive, got ", options.timeout.count(), " ms"));
@@ -130,7 +133,7 @@ void init_process_group(const std::string& backend_name, InitOptions options) {
     std::shared_ptr<Store> store = options.store;
     std::string master_addr = env.master_addr;
     if (!store && world_size > 1) {
-      store = make_store(method, env, settings, rank, options.timeout, w.generation, master_addr);
+      store = make_store(method, env, protocol.empty() ? std::nullopt : std::optional(protocol), rank, options.timeout, w.generation, master_addr);
     }
     if (store) {
       // Keys of an earlier attempt (a restart) or an earlier init in this process stay apart.
@@ -138,7 +141,7 @@ void init_process_group(const std::string& backend_name, InitOptions options) {
     }
     auto group = ProcessGroup::create(
         backend, store, rank, world_size,
-        {.timeout = options.timeout, .name = "world", .master_addr = master_addr, .settings = settings});
+        {.timeout = options.timeout, .name = "world", .master_addr = master_addr, .variables = options.variables});
     w.group = std::move(group);
     w.store = std::move(store);
     w.backend = backend;
@@ -206,7 +209,7 @@ std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks, std::opti
                                            .name = name,
                                            .global_ranks = members,
                                            .master_addr = w.master_addr,
-                                           .settings = world_group->settings()};
+                                           .variables = world_group->variables()};
   const std::string group_backend = backend.empty() ? w.backend : backend;
   lock.unlock();  // joining waits for the other members
   return ProcessGroup::create(group_backend, store, my_rank, static_cast<int>(members.size()), options);

@@ -5,8 +5,8 @@
 #include <cstdlib>
 
 #include "ddp/error.h"
-#include "ddp/detail/settings.h"
 #include "store/connection.h"
+#include "store/store_variables.h"
 #include "ddp/detail/strings.h"
 
 namespace ddp {
@@ -14,7 +14,7 @@ namespace ddp {
 using detail::cat;
 using detail::Clock;
 
-std::string default_job_id() { return detail::process_settings().job_id; }
+std::string default_job_id() { return detail::process_store_settings().job_id; }
 
 std::string_view to_string(StoreProtocol protocol) { return protocol == StoreProtocol::Ddp ? "ddp" : "torch"; }
 

@@ -8,7 +8,6 @@
 #include "ddp/detail/flight_analysis.h"
 #include "ddp/detail/flight_config.h"
 #include "ddp/detail/flight_dump_files.h"
-#include "ddp/detail/settings.h"
 #include "ddp/detail/strings.h"
 
 namespace ddp::launcher {
@@ -17,8 +16,9 @@ using detail::cat;
 
 std::string point_flight_dumps(std::map<std::string, std::string>& env, const std::string& attempt_dir,
                                const EnvLookup& parent) {
-  if (!attempt_dir.empty() && detail::read_settings(parent).flight_dir.empty()) {
-    env[detail::kFlightDirVariable] = attempt_dir;
+  detail::VariableProblems ignored;  // the folder is text
+  if (!attempt_dir.empty() && detail::read_variables(detail::kFlightVariables, parent, ignored).dir.empty()) {
+    env[std::string(detail::kFlightDirVariable)] = attempt_dir;
   }
   const detail::EnvLookup worker = [&](const std::string& name) -> std::optional<std::string> {
     if (auto it = env.find(name); it != env.end()) return it->second;

@@ -17,6 +17,7 @@
 #include "ddp/torch/collectives.h"
 #include "ddp/torch/distributed_data_parallel.h"
 #include "ddp/detail/socket.h"
+#include "reducer/ddp_variables.h"
 #include "reducer/model_sync.h"
 #include "reducer/reducer.h"
 #include "reducer/timeline.h"
@@ -82,7 +83,7 @@ void check_devices(const ModuleState& state, const DDPOptions& options) {
   }
 }
 
-// Under ddprun, DDP_STRAGGLER_REPORT (`path`, from the group's settings) names the file where the
+// Under ddprun, DDP_STRAGGLER_REPORT (`path`, from the group's variables) names the file where the
 // launcher finds the last report for its summary. Not being able to write it costs only that
 // line, so it is logged, not thrown.
 void tell_launcher(const std::string& path, const std::string& text) {
@@ -100,6 +101,9 @@ class DDPCore::Impl {
  public:
   Impl(torch::nn::Module& module, DDPOptions options) : options_(std::move(options)) {
     group_ = options_.process_group ? options_.process_group : get_default_group();
+    VariableProblems problems;
+    settings_ = read_variables(kDdpVariables, with_overrides(group_->variables()), problems);
+    problems.log_warnings();
     if (!(options_.bucket_cap_mb > 0)) {
       throw InvalidArgument(
           cat("DistributedDataParallel: bucket_cap_mb must be positive, got ", options_.bucket_cap_mb));
@@ -116,7 +120,7 @@ class DDPCore::Impl {
     states_ = state.params;
     states_.insert(states_.end(), buffers_.begin(), buffers_.end());
     device_ = state.params.front().device();
-    timeline_ = Timeline::open(group_->settings().timeline, group_->rank());
+    timeline_ = Timeline::open(settings_.timeline, group_->rank());
     reducer_ = std::make_unique<Reducer>(group_, std::move(state.params), std::move(state.names), options_,
                                          timeline_.get(), clock_);
   }
@@ -174,7 +178,7 @@ class DDPCore::Impl {
                        static_cast<std::int64_t>(w.steps), w.forward, w.backward, w.bucket_wait, w.outside});
     }
     StragglerReport report = make_straggler_report(std::move(ranks));
-    if (group_->rank() == 0) tell_launcher(group_->settings().straggler_report, report.text);
+    if (group_->rank() == 0) tell_launcher(settings_.straggler_report, report.text);
     return report;
   }
 
@@ -196,6 +200,7 @@ class DDPCore::Impl {
  private:
   DDPOptions options_;
   std::shared_ptr<ProcessGroup> group_;
+  DdpSettings settings_;  // its variables, read once as it was constructed
   std::vector<at::Tensor> buffers_;
   std::vector<at::Tensor> states_;  // parameters, then buffers: what construction and a join's end broadcast
   at::Device device_{at::kCPU};

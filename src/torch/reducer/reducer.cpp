@@ -12,6 +12,7 @@
 
 #include "ddp/error.h"
 #include "ddp/torch/collectives.h"
+#include "reducer/ddp_variables.h"
 #include "reducer/unused_parameters.h"
 #include "shape_text.h"
 #include "ddp/detail/strings.h"
@@ -46,7 +47,9 @@ std::shared_ptr<ProcessGroup> second_stream(const std::shared_ptr<ProcessGroup>&
                                             const std::vector<at::Tensor>& params) {
   const bool on_cpu = std::all_of(params.begin(), params.end(), [](const at::Tensor& p) { return p.is_cpu(); });
   if (group->size() < 2 || group->hosts() != group->size() || !on_cpu) return nullptr;
-  at::Tensor streams = at::full({1}, group->settings().bucket_streams, at::kInt);
+  VariableProblems ignored;  // DDP's constructor reports them
+  const int mine = read_variables(kDdpVariables, with_overrides(group->variables()), ignored).bucket_streams;
+  at::Tensor streams = at::full({1}, mine, at::kInt);
   all_reduce(streams, ReduceOp::MIN, group);
   return streams.item<int>() > 1 ? group->twin() : nullptr;
 }

@@ -9,7 +9,6 @@
 
 #include "ddp/error.h"
 #include "ddp/detail/flight_config.h"
-#include "ddp/detail/settings.h"
 #include "support/expect_error.h"
 #include "support/launch.h"
 
@@ -162,9 +161,10 @@ EnvLookup env_of(std::map<std::string, std::string> vars) {
 
 TEST(FlightRecorderConfig, CapacityComesFromTheVariableAndBadValuesAreNamed) {
   const auto capacity = [](std::map<std::string, std::string> vars) {
-    const Settings settings = read_settings(env_of(std::move(vars)));
-    settings.check();
-    return settings.flight_capacity;
+    VariableProblems problems;
+    const FlightSettings flight = read_variables(kFlightVariables, env_of(std::move(vars)), problems);
+    problems.check();
+    return flight.capacity;
   };
   EXPECT_EQ(capacity({}), kDefaultFlightCapacity);
   EXPECT_EQ(capacity({{"DDP_FLIGHT_RECORDER", ""}}), kDefaultFlightCapacity);

@@ -12,7 +12,6 @@
 #include "group/progress.h"
 #include "support/expect_error.h"
 #include "support/multiprocess.h"
-#include "support/settings.h"
 
 namespace ddp {
 namespace {
@@ -259,13 +258,13 @@ TEST(Failures, WaitWithATimeoutSaysWhoIsLateAndTheOpGoesOn) {
 }
 
 // DDP_DEBUG=1, for one group.
-detail::Settings debug() {
-  return test::settings_with([](detail::Settings& s) { s.debug = true; });
+std::map<std::string, std::string> debug() {
+  return {{"DDP_DEBUG", "1"}};
 }
 
 TEST(Failures, MismatchedCollectivesAreReportedInDebugMode) {
   test::run_ranks(2, [](int rank, int) {
-    init_process_group("gloo", {.timeout = 20s, .settings = debug()});
+    init_process_group("gloo", {.timeout = 20s, .variables = debug()});
     auto group = get_default_group();
     float x[20] = {};
     std::string message;
@@ -278,14 +277,14 @@ TEST(Failures, MismatchedCollectivesAreReportedInDebugMode) {
     EXPECT_NE(message.find("rank 1 called broadcast #0 (float32 x 10, root 0)"), std::string::npos) << message;
   });
   test::run_ranks(2, [](int rank, int) {  // same op, different sizes
-    init_process_group("gloo", {.timeout = 20s, .settings = debug()});
+    init_process_group("gloo", {.timeout = 20s, .variables = debug()});
     float x[20] = {};
     expect_error<MismatchError>(
         [&] { get_default_group()->all_reduce(buffer_of(x, rank == 0 ? 10 : 20))->wait(); },
         {"rank 0 called all_reduce #0 (float32 x 10, SUM)", "rank 1 called all_reduce #0 (float32 x 20, SUM)"});
   });
   test::run_ranks(2, [](int rank, int) {  // same op and size, different types
-    init_process_group("gloo", {.timeout = 20s, .settings = debug()});
+    init_process_group("gloo", {.timeout = 20s, .variables = debug()});
     double x[4] = {};
     Buffer b = buffer_of(x, 4);
     if (rank == 1) b = Buffer{x, 4, DataType::Int64};

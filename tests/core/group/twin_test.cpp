@@ -9,7 +9,6 @@
 #include "ddp/distributed.h"
 #include "ddp/error.h"
 #include "support/multiprocess.h"
-#include "support/settings.h"
 
 namespace ddp {
 namespace {
@@ -18,10 +17,7 @@ using namespace std::chrono_literals;
 
 // Joins the default group with this rank on the emulated host `host` (DDP_SHM_HOST_ID).
 void init_on_host(const std::string& host, bool shm = true) {
-  init_process_group("gloo", {.timeout = 30s, .settings = test::settings_with([&](detail::Settings& s) {
-                                                s.shm.host_id = host;
-                                                s.shm.enabled = shm;
-                                              })});
+  init_process_group("gloo", {.timeout = 30s, .variables = {{"DDP_SHM_HOST_ID", host}, {"DDP_SHM", shm ? "1" : "0"}}});
 }
 
 TEST(GroupHosts, CountsTheHostsItsRanksAreOnTheSameOnEveryRank) {
@@ -57,7 +53,7 @@ TEST(GroupTwin, HasTheSameRanksAndSettingsAndSequenceNumbersOfItsOwn) {
     EXPECT_EQ(twin->timeout(), 20s);
     EXPECT_EQ(twin->backend_name(), group->backend_name());
     EXPECT_EQ(twin->hosts(), world);
-    EXPECT_EQ(twin->settings().shm.host_id, group->settings().shm.host_id);
+    EXPECT_EQ(twin->variables(), group->variables());
     const auto before = group->sequence_number();
     std::vector<float> data(1000, static_cast<float>(rank + 1));
     twin->all_reduce(buffer_of(data.data(), data.size()))->wait();

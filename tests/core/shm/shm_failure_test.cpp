@@ -18,7 +18,6 @@
 #include "shm_support.h"
 #include "support/expect_error.h"
 #include "support/multiprocess.h"
-#include "support/settings.h"
 
 namespace ddp {
 namespace {
@@ -162,7 +161,7 @@ TEST(ShmFailures, RanksThatCallDifferentCollectivesAreToldWhichWithoutDdpDebug) 
   // an all_reduce, or two sizes, fail at once on one host instead of mixing the two ops' data.
   // The rank that sees it first aborts the group, so the other may report that instead.
   auto results = test::run_ranks(2, [](int rank, int) {
-    init_process_group("gloo", {.timeout = 30s, .settings = test::settings_with([](auto& s) { s.debug = false; })});
+    init_process_group("gloo", {.timeout = 30s, .variables = {{"DDP_DEBUG", "0"}}});
     auto group = get_default_group();
     ASSERT_EQ(test::shm_mappings().size(), 1u);
     std::vector<float> x(1 << 20, 1.0f);
@@ -202,7 +201,7 @@ TEST(ShmFailures, ARankTwoOpsAheadOfASleepingPeerIsNoMismatch) {
   // all_reduce: its barrier must not overwrite the all_reduce's signature before they read it.
   // (It did, and they threw "called all_reduce where rank 1 called barrier".)
   test::run_ranks(3, [](int rank, int) {
-    init_process_group("gloo", {.timeout = 30s, .settings = test::settings_with([](auto& s) { s.debug = false; })});
+    init_process_group("gloo", {.timeout = 30s, .variables = {{"DDP_DEBUG", "0"}}});
     auto group = get_default_group();
     ASSERT_EQ(test::shm_mappings().size(), 1u);
     for (int round = 0; round < 100; ++round) {
@@ -219,7 +218,7 @@ TEST(ShmFailures, ARankTwoOpsAheadOfASleepingPeerIsNoMismatch) {
 
 TEST(ShmFailures, TwoSizesOfOneAllReduceAreAMismatchNamingBoth) {
   auto results = test::run_ranks(2, [](int rank, int) {
-    init_process_group("gloo", {.timeout = 30s, .settings = test::settings_with([](auto& s) { s.debug = false; })});
+    init_process_group("gloo", {.timeout = 30s, .variables = {{"DDP_DEBUG", "0"}}});
     auto group = get_default_group();
     std::vector<float> x(1 << 20, 1.0f);
     const std::size_t count = rank == 0 ? 16 : x.size();  // small path against large path

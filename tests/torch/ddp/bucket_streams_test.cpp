@@ -20,7 +20,6 @@
 #include "models.h"
 #include "support/expect_error.h"
 #include "support/multiprocess.h"
-#include "support/settings.h"
 
 namespace ddp::test {
 namespace {
@@ -30,10 +29,9 @@ using namespace std::chrono_literals;
 // Joins the default group with every rank on a host of its own, or all on this one, with
 // DDP_BUCKET_STREAMS=`streams`.
 void init(int rank, bool own_hosts, int streams = 2) {
-  init_process_group("gloo", {.timeout = 30s, .settings = settings_with([&](detail::Settings& s) {
-                                                if (own_hosts) s.shm.host_id = "host" + std::to_string(rank);
-                                                s.bucket_streams = streams;
-                                              })});
+  std::map<std::string, std::string> variables{{"DDP_BUCKET_STREAMS", std::to_string(streams)}};
+  if (own_hosts) variables["DDP_SHM_HOST_ID"] = "host" + std::to_string(rank);
+  init_process_group("gloo", {.timeout = 30s, .variables = variables});
 }
 
 template <typename Model>

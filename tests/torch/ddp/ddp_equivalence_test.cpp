@@ -5,7 +5,6 @@
 #include "ddp/ddp.h"
 #include "models.h"
 #include "support/multiprocess.h"
-#include "support/settings.h"
 
 namespace ddp::test {
 namespace {
@@ -84,9 +83,9 @@ auto plain = [](auto& m, const at::Tensor& x, int, int, int) { return m->forward
 // on its group's twin, two buckets in flight (docs/DDP.md).
 void run_all(int rank, int world, bool own_hosts = false) {
   torch::set_num_threads(1);
-  std::optional<detail::Settings> settings;
-  if (own_hosts) settings = settings_with([&](detail::Settings& s) { s.shm.host_id = "host" + std::to_string(rank); });
-  init_process_group("gloo", {.timeout = 120s, .settings = settings});
+  std::map<std::string, std::string> variables;
+  if (own_hosts) variables["DDP_SHM_HOST_ID"] = "host" + std::to_string(rank);
+  init_process_group("gloo", {.timeout = 120s, .variables = variables});
   if (own_hosts) {
     ASSERT_EQ(get_default_group()->hosts(), world);
   }

@@ -10,7 +10,6 @@
 #include "ddp/torch/join.h"
 #include "support/expect_error.h"
 #include "support/multiprocess.h"
-#include "support/settings.h"
 #include "ddp/models.h"
 
 namespace ddp::test {
@@ -185,7 +184,7 @@ TEST(Join, WithoutOneOrDdpDebugUnevenInputsAreStillAMismatchNamedOnOneHost) {
   // shared memory, whose op signatures differ. The rank that sees it first names both ops and
   // aborts the group; the other may report the abort instead.
   auto results = run_ranks(2, [](int rank, int) {
-    init_process_group("gloo", {.timeout = 30s, .settings = test::settings_with([](auto& s) { s.debug = false; })});
+    init_process_group("gloo", {.timeout = 30s, .variables = {{"DDP_DEBUG", "0"}}});
     torch::manual_seed(0);
     DistributedDataParallel model(std::make_shared<Mlp>());
     torch::optim::SGD optimizer(model->parameters(), 0.1);

@@ -18,7 +18,6 @@
 #include "ddp/distributed.h"
 #include "ddp/error.h"
 #include "ddp/torch/distributed_sampler.h"
-#include "ddp/detail/settings.h"
 #include "sampler/sampler_warnings.h"
 #include "support/multiprocess.h"
 
