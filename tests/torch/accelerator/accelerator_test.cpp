@@ -224,7 +224,6 @@ TEST(Accelerator, ResumingWithAnotherBatchSizeIsRefusedNamingTheOneToUse) {
     (void)acc.prepare(torch::nn::Linear(4, 2));
     (void)acc.prepare(Numbers(20), {.batch_size = 2});
     acc.save_state(root.string());
-    acc.save_state(root.string());  // two intact checkpoints: nothing older to fall back to either
     Accelerator other;
     (void)other.prepare(torch::nn::Linear(4, 2));
     (void)other.prepare(Numbers(20), {.batch_size = 4});
