@@ -104,40 +104,51 @@ struct ProcessGroup::State {
   }
 
   // Turns a backend failure into an error that names the op and what the peers were doing; unless
-  // it is the caller's mistake, marks the group broken, releases its connections and writes the
-  // flight recorder's dump (at the group's first failure).
+  // it is the caller's mistake, marks the group broken, releases its connections, leaves the
+  // failure record and writes the flight recorder's dump (at the group's first failure).
   std::exception_ptr fail(const Op& op, std::exception_ptr cause, Clock::time_point started) {
     const auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started);
-    // A lost peer: the connections go first, before the explanation reads the store, so that a
-    // peer blocked on this rank (a send this rank will never receive, a ring step behind this one)
-    // fails at once, and so on around the ring, instead of waiting for its timeout while this rank
-    // explains. A provisional first note goes before them, for those peers to name should the
-    // store's record of the loss not come (FailureHandler::record_provisional). (A timeout keeps its order: the peers are waiting too, and the explanation must see
-    // them as they were, not as this rank's abort leaves them.)
-    const auto first_hand = detail::classify(cause);
-    const bool lost = first_hand.kind == ErrorKind::PeerLost;
-    if (lost) {
-      failures->record_provisional(cat(failures->where(op), " failed: ", first_hand.message));
-      std::lock_guard lock(issue_mutex);
-      backends->abort();
-    }
+    const bool released = release_on_loss(op, cause);
     const detail::FailureRecord info = failures->explain(op, cause, elapsed, timeout());
     auto failure = detail::make_error(info.kind, info.message);
-    if (info.kind != ErrorKind::InvalidArgument) {
-      bool first = false;
-      {
-        std::lock_guard lock(issue_mutex);
-        if (!broken) {
-          broken = failure;
-          first = true;
-        }
-        if (!lost) backends->abort();
-      }
-      failures->record(info);  // lets the peers (and ddprun) name the rank that failed first
-      detail::log(detail::LogLevel::Error, info.message);
-      if (first) flight->dump(info.message, &info);
-    }
+    if (info.kind == ErrorKind::InvalidArgument) return failure;  // the caller's mistake: the group goes on
+    const bool first = mark_broken(failure, /*release=*/!released);
+    report(info, first);
     return failure;
+  }
+
+  // A lost peer: the connections go first, before the explanation reads the store, so that a
+  // peer blocked on this rank (a send this rank will never receive, a ring step behind this one)
+  // fails at once, and so on around the ring, instead of waiting for its timeout while this rank
+  // explains. The provisional record goes before them, for those peers to name should the store's
+  // record of the loss not come. (A timeout keeps its order: the peers are waiting too, and the
+  // explanation must see them as they were, not as this rank's abort leaves them.) Returns whether
+  // it released them.
+  bool release_on_loss(const Op& op, const std::exception_ptr& cause) {
+    const auto first_hand = detail::classify(cause);
+    if (first_hand.kind != ErrorKind::PeerLost) return false;
+    failures->record_provisional(op, first_hand);
+    std::lock_guard lock(issue_mutex);
+    backends->abort();
+    return true;
+  }
+
+  // Every later op fails with `failure`; `release`: the connections go too. Returns whether this
+  // was the group's first failure.
+  bool mark_broken(const std::exception_ptr& failure, bool release) {
+    std::lock_guard lock(issue_mutex);
+    const bool first = !broken;
+    if (first) broken = failure;
+    if (release) backends->abort();
+    return first;
+  }
+
+  // The final record (lets the peers and ddprun name the rank that failed first), the log, and
+  // at the group's first failure the flight recorder's dump.
+  void report(const detail::FailureRecord& info, bool first) {
+    failures->record(info);
+    detail::log(detail::LogLevel::Error, info.message);
+    if (first) flight->dump(info.message, &info);
   }
 
   // `caller`: the return address of the public method, for the flight recorder.
@@ -213,7 +224,7 @@ struct ProcessGroup::State {
         flight->ended(record, false);
         const auto info = failures->explain_p2p(op, std::current_exception());
         if (info.kind == ErrorKind::PeerLost || info.kind == ErrorKind::Timeout) {
-          failures->publish(info);
+          failures->record(info);
           flight->dump(info.message, &info);
         }
         work->finish(detail::make_error(info.kind, info.message));

@@ -2,6 +2,7 @@
 // payload (a torch::serialize archive).
 #include "ddp/torch/checkpoint.h"
 
+#include <c10/util/Exception.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -210,29 +211,51 @@ std::string Checkpoints::save(std::int64_t step, const std::function<void(torch:
 std::optional<LoadedCheckpoint> Checkpoints::load_latest(
     const std::function<void(torch::serialize::InputArchive&)>& read) const {
   LoadedCheckpoint loaded;
+  std::size_t damaged = 0, unreadable = 0;
+  auto skip = [&](const std::string& path, std::string reason, std::size_t& count) {
+    reason = reason.substr(0, reason.find('\n'));  // LibTorch's errors carry a stack trace
+    detail::log(detail::LogLevel::Error, "checkpoint ", quote(path, 512), " cannot be used (", reason,
+                "); trying the previous one");
+    loaded.skipped.push_back(cat(path, ": ", reason));
+    ++count;
+  };
   for (const auto& path : list()) {
+    std::string payload;
     try {
-      std::string payload = read_payload(path);
+      payload = read_payload(path);
+    } catch (const IOError& e) {
+      skip(path, e.what(), damaged);
+      continue;
+    }
+    // The bytes are the ones written (the CRC matched). What `read` throws is either the reader's
+    // format error (LibTorch's: an entry missing or of another type), which an older checkpoint
+    // may not have, an IOError (damage `read` found), or a refusal (any other ddp::Error, any
+    // other exception: another batch size, another model), which an older file would meet
+    // again and which must reach the caller as itself.
+    try {
       std::istringstream in(payload);
       torch::serialize::InputArchive archive;
       archive.load_from(in);
       read(archive);
-      loaded.path = path;
-      const auto slash = path.rfind('/');
-      loaded.step = step_of(slash == std::string::npos ? path : path.substr(slash + 1), options_.prefix);
-      return loaded;
-    } catch (const std::exception& e) {
-      std::string reason = e.what();
-      reason = reason.substr(0, reason.find('\n'));  // LibTorch's errors carry a stack trace
-      detail::log(detail::LogLevel::Error, "checkpoint ", quote(path, 512), " cannot be used (", reason,
-                  "); trying the previous one");
-      loaded.skipped.push_back(cat(path, ": ", reason));
+    } catch (const IOError& e) {
+      skip(path, e.what(), damaged);
+      continue;
+    } catch (const c10::Error& e) {
+      skip(path, cat("intact, but not what this program reads: ", e.what()), unreadable);
+      continue;
     }
+    loaded.path = path;
+    const auto slash = path.rfind('/');
+    loaded.step = step_of(slash == std::string::npos ? path : path.substr(slash + 1), options_.prefix);
+    return loaded;
   }
   if (!loaded.skipped.empty()) {
-    throw IOError(cat("no usable checkpoint in ", quote(options_.directory, 512), ": ",
-                      detail::join(loaded.skipped, "; "),
-                      ". Delete the damaged files to start from scratch, or restore them from a copy."));
+    throw IOError(
+        cat("no usable checkpoint in ", quote(options_.directory, 512), ": ", detail::join(loaded.skipped, "; "), ".",
+            damaged > 0 ? " Delete the damaged files to start from scratch, or restore them from a copy." : "",
+            unreadable > 0 ? " The intact ones hold other entries than this program reads: read them with "
+                             "the program (and version) that wrote them, or save to another directory."
+                           : ""));
   }
   return std::nullopt;
 }

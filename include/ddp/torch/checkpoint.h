@@ -55,10 +55,14 @@ class Checkpoints {
   std::string save(std::int64_t step, const std::function<void(torch::serialize::OutputArchive&)>& write,
                    const std::shared_ptr<ProcessGroup>& group = nullptr);
 
-  // Reads the newest checkpoint that is intact, newest first: a file that is truncated, damaged,
-  // or that `read` rejects is logged as an error naming it and the next older one is tried.
+  // Reads the newest checkpoint that is usable, newest first: a file that is truncated or
+  // damaged (or for which `read` throws IOError), or whose entries LibTorch's reader does not find
+  // as `read` asks (a c10::Error), is logged as an error naming it and the next older one is
+  // tried. Any other exception from `read` (a refusal: an InvalidArgument about another batch
+  // size, say) is thrown as it is: an older file would be refused alike, and it is intact.
   // Returns nullopt when there is no checkpoint; throws IOError naming every file when there are
-  // checkpoints but none is usable. Not collective: each rank reads the files itself.
+  // checkpoints but none is usable (advising deletion only of the damaged ones). Not collective:
+  // each rank reads the files itself.
   std::optional<LoadedCheckpoint> load_latest(const std::function<void(torch::serialize::InputArchive&)>& read) const;
 
   // Checkpoint files in the directory, newest (highest step) first.

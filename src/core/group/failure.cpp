@@ -13,9 +13,6 @@ using Clock = std::chrono::steady_clock;
 // How long a failing rank looks for lost-rank records, which may trail the socket error by a moment.
 constexpr auto kLostRecordGrace = std::chrono::milliseconds(1500);
 
-std::string failed_key(int rank) { return "failed/" + std::to_string(rank); }
-std::string failing_key(int rank) { return "failing/" + std::to_string(rank); }
-
 }  // namespace
 
 FailureHandler::FailureHandler(std::shared_ptr<Store> diag, std::string group, int rank, std::vector<int> global_ranks,
@@ -92,15 +89,7 @@ std::string FailureHandler::explain_stall(const Op& op) {
   return detail::diagnose(op, rank_, peers).text;
 }
 
-void FailureHandler::record(const FailureRecord& failure) noexcept {
-  try {
-    diag_->set(failed_key(rank_), failure.message);
-  } catch (...) {
-  }
-  publish(failure);
-}
-
-void FailureHandler::publish(const FailureRecord& failure) noexcept { publish_failure(*root_, failure); }
+void FailureHandler::record(const FailureRecord& failure) noexcept { publish_failure(*root_, failure); }
 
 void FailureHandler::record(const std::string& message) noexcept {
   try {
@@ -109,10 +98,12 @@ void FailureHandler::record(const std::string& message) noexcept {
   }
 }
 
-void FailureHandler::record_provisional(const std::string& message) noexcept {
+void FailureHandler::record_provisional(const Op& op, const ErrorInfo& cause) noexcept {
   try {
-    diag_->set(failing_key(rank_), message);
-  } catch (...) {
+    FailureRecord note = make_record(cause.kind, &op, cat(where(op), " failed: ", cause.message));
+    note.state = FailureState::Provisional;
+    record(note);
+  } catch (...) {  // as record(): only an allocation may fail
   }
 }
 
@@ -147,16 +138,11 @@ Diagnosis FailureHandler::diagnose(const Op& op, ErrorKind kind) {
 }
 
 std::optional<std::pair<int, std::string>> FailureHandler::first_failure(bool provisional) {
-  try {
-    for (int r = 0; r < static_cast<int>(global_ranks_.size()); ++r) {
-      if (r == rank_) continue;
-      if (diag_->check({failed_key(r)}))
-        return std::pair(r, cat("Rank ", r, " failed first: ", diag_->get(failed_key(r))));
-      if (provisional && diag_->check({failing_key(r)})) {
-        return std::pair(r, cat("Rank ", r, " failed first: ", diag_->get(failing_key(r))));
-      }
+  for (int r = 0; r < static_cast<int>(global_ranks_.size()); ++r) {
+    if (r == rank_) continue;
+    if (auto record = read_failure(*root_, global_ranks_[static_cast<std::size_t>(r)], provisional)) {
+      return std::pair(r, cat("Rank ", r, " failed first: ", record->message));  // for the person reading the error
     }
-  } catch (...) {
   }
   return std::nullopt;
 }

@@ -1,6 +1,6 @@
 // What a group does when one of its operations fails: it explains the failure from what the
-// other ranks recorded in the store (lost-rank records, progress records, the first failure a
-// peer noted) and leaves its own note for the peers' explanations. Runs on the thread that ran
+// other ranks recorded in the store (lost-rank records, progress records, the failure records of
+// the peers: ddp/detail/failure_record.h) and leaves its own record for the peers and ddprun. Runs on the thread that ran
 // the op; reads the store on a connection of its own with a short timeout, so a broken store
 // bounds it too.
 #pragma once
@@ -48,22 +48,21 @@ class FailureHandler {
   // What a caller's Work::wait(timeout) on `op` reports when it runs out.
   std::string explain_stall(const Op& op);
 
-  // Leaves this rank's failure where the peers' explanations (its text) and ddprun (the record,
-  // ddp/detail/failure_record.h) find it. Never throws.
+  // Leaves this rank's failure record where the peers' explanations and ddprun find it (the
+  // process's first final one stays; it replaces a provisional one). Never throws.
   void record(const FailureRecord& failure) noexcept;
-  // Leaves the record for ddprun only (a send or recv's failure concerns its peer, not the group).
-  void publish(const FailureRecord& failure) noexcept;
-  // The same as record() for an error that is only text (flight/last_words: one the process could not throw).
+  // The same for an error that is only text (flight/last_words: one the process could not throw).
   void record(const std::string& message) noexcept;
-  // A first note of a lost peer, before this rank has explained its failure (and before it aborts
-  // its connections, which makes its peers fail too): the peers name it only when nothing better
-  // (a lost-rank record, the explained note) turns up within the grace a lost peer's record gets.
-  void record_provisional(const std::string& message) noexcept;
+  // The provisional record of a lost peer (`cause`: the backend's error, classified), before this
+  // rank has explained its failure (and before it aborts its connections, which makes its peers
+  // fail too): the peers name it only when nothing better (a lost-rank record, a final record)
+  // turns up within the grace a lost peer's record gets; ddprun reads final records only.
+  void record_provisional(const Op& op, const ErrorInfo& cause) noexcept;
 
  private:
   Diagnosis diagnose(const Op& op, ErrorKind kind);
-  // The first other rank's note ("Rank N failed first: ...") and its group rank: the explained
-  // ones, or with `provisional` the first notes too.
+  // The first other rank's failure, as the error shows it ("Rank N failed first: <its message>"),
+  // and its group rank: the final records, or with `provisional` the provisional ones too.
   std::optional<std::pair<int, std::string>> first_failure(bool provisional);
   FailureRecord make_record(ErrorKind kind, const Op* op, std::string message) const;
 

@@ -9,11 +9,14 @@
 namespace ddp::detail {
 namespace {
 
-constexpr std::string_view kRecordHeader = "ddp-failure 1";
+constexpr std::string_view kRecordHeader = "ddp-failure 2";
+constexpr std::string_view kVersion1Header = "ddp-failure 1";  // no state field: a final record
 constexpr std::array<std::string_view, 6> kKindNames = {"invalid_argument", "timeout", "peer_lost",
                                                         "mismatch",         "io",      "other"};
-constexpr std::array<std::string_view, 12> kRecordFields = {
-    "kind", "rank", "group", "op", "seq", "lost", "behind", "inside", "mismatched", "first", "detail", "message"};
+constexpr std::array<std::string_view, 2> kStateNames = {"provisional", "final"};
+constexpr std::array<std::string_view, 13> kRecordFields = {"kind",  "state",  "rank",   "group",  "op",
+                                                            "seq",   "lost",   "behind", "inside", "mismatched",
+                                                            "first", "detail", "message"};
 
 // One line per field: newlines and backslashes escaped.
 std::string escaped_line(std::string_view text) {
@@ -71,6 +74,7 @@ std::string encode(const FailureRecord& r) {
   const auto list = [](const std::vector<int>& v) { return join(v, ","); };
   const std::array<std::string, kRecordFields.size()> values = {
       std::string(kKindNames[static_cast<std::size_t>(r.kind)]),
+      std::string(kStateNames[static_cast<std::size_t>(r.state)]),
       std::to_string(r.rank),
       escaped_line(r.group),
       escaped_line(r.op),
@@ -95,12 +99,15 @@ FailureRecord decode_failure_record(std::string_view text) {
     return at;
   };
   std::size_t end = line_end(0);
-  if (text.substr(0, end) != kRecordHeader) {
-    throw IOError(cat("failure record: starts with ", quote(text.substr(0, end)), ", not \"", kRecordHeader, "\""));
+  const bool version1 = text.substr(0, end) == kVersion1Header;
+  if (text.substr(0, end) != kRecordHeader && !version1) {
+    throw IOError(cat("failure record: starts with ", quote(text.substr(0, end)), ", not \"", kRecordHeader,
+                      "\" (or \"", kVersion1Header, "\")"));
   }
   FailureRecord r;
   std::size_t pos = end + 1;
   for (std::string_view field : kRecordFields) {  // each field once, in this order: anything else is not a record
+    if (version1 && field == "state") continue;
     end = line_end(pos);
     const std::string_view line = text.substr(pos, end - pos);
     pos = end + 1;
@@ -112,6 +119,10 @@ FailureRecord decode_failure_record(std::string_view text) {
       const auto at = std::find(kKindNames.begin(), kKindNames.end(), value);
       if (at == kKindNames.end()) throw IOError(cat("failure record: unknown kind ", quote(value)));
       r.kind = static_cast<ErrorKind>(at - kKindNames.begin());
+    } else if (field == "state") {
+      const auto at = std::find(kStateNames.begin(), kStateNames.end(), value);
+      if (at == kStateNames.end()) throw IOError(cat("failure record: unknown state ", quote(value)));
+      r.state = static_cast<FailureState>(at - kStateNames.begin());
     } else if (field == "rank") {
       r.rank = static_cast<int>(record_number(field, value));
     } else if (field == "group") {

@@ -185,6 +185,17 @@ void check_same_directory(const char* caller, const std::string& dir, int rank, 
                         "nodes, one on a file system they share)");
 }
 
+// ddp's errors as they are (a refusal keeps its type and its advice); LibTorch's as an IOError.
+[[noreturn]] void rethrow_as_error(const std::exception_ptr& failure) {
+  try {
+    std::rethrow_exception(failure);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw IOError(e.what());
+  }
+}
+
 // Collective: rank 0's failure (or success) becomes every rank's.
 void agree_on_outcome(std::exception_ptr failure, const std::string& what, int rank, int world) {
   std::string message;
@@ -233,7 +244,8 @@ void restore_loader(detail::LoaderPosition& p, torch::serialize::InputArchive& a
   if (read("batch_size") != p.batch_size) {
     throw InvalidArgument("Accelerator::load_state: loader " + std::to_string(index) + " was saved with batch_size " +
                           std::to_string(read("batch_size")) + ", this one has " + std::to_string(p.batch_size) +
-                          "; resume with the same batch size");
+                          "; resume with the same batch size (prepare the loader with .batch_size = " +
+                          std::to_string(read("batch_size")) + ")");
   }
   DistributedSamplerState s;
   s.epoch = read("epoch");
@@ -421,7 +433,7 @@ void Accelerator::load_state(const std::string& dir,
                              const std::function<void(torch::serialize::InputArchive&)>& extra) {
   auto& s = *state_;
   Checkpoints checkpoints({.directory = dir, .keep = 2, .prefix = "state"});
-  std::string failure;
+  std::exception_ptr failure;
   try {
     auto loaded = checkpoints.load_latest([&](torch::serialize::InputArchive& archive) {
       c10::IValue v;
@@ -466,20 +478,20 @@ void Accelerator::load_state(const std::string& dir,
       throw IOError("Accelerator::load_state: " + dir + " holds no checkpoint (" + checkpoints.options().prefix +
                     "-*.ckpt); save_state(\"" + dir + "\") writes one");
     }
-  } catch (const std::exception& e) {
-    failure = e.what();
+  } catch (...) {
+    failure = std::current_exception();  // as it is: a refusal (InvalidArgument) names its fix
   }
   // Every rank learns whether any could not load, so that none trains on alone.
   if (s.world > 1) {
-    auto failed = at::full({1}, failure.empty() ? 0 : s.rank + 1, at::kInt).to(collective_device());
+    auto failed = at::full({1}, failure ? s.rank + 1 : 0, at::kInt).to(collective_device());
     all_reduce(failed, ReduceOp::MAX);
     const int first = failed.cpu().item<int>();
-    if (first > 0 && failure.empty()) {
+    if (first > 0 && !failure) {
       throw IOError("Accelerator::load_state(\"" + dir + "\"): rank " + std::to_string(first - 1) +
                     " could not load the checkpoint (its error says why; every rank reads " + dir + " itself)");
     }
   }
-  if (!failure.empty()) throw IOError(failure);
+  if (failure) rethrow_as_error(failure);
   s.sync_gradients = true;
   s.in_accumulate = false;
 }

@@ -49,6 +49,17 @@ TEST(FailureRecords, SurviveTheirTextForm) {
   }
 }
 
+TEST(FailureRecords, KeepTheirStateAndReadVersionOneAsFinal) {
+  FailureRecord provisional = full();
+  provisional.state = FailureState::Provisional;
+  EXPECT_EQ(decode_failure_record(encode(provisional)), provisional);
+  // What flight dumps written before the state field carry.
+  std::string old = encode(full());
+  old.replace(old.find("ddp-failure 2"), 13, "ddp-failure 1");
+  old.erase(old.find("state final\n"), 12);
+  EXPECT_EQ(decode_failure_record(old), full());
+}
+
 TEST(FailureRecords, AnythingElseIsAnErrorNamingTheFault) {
   const std::string good = encode(full());
   const auto replaced = [&](const std::string& from, const std::string& to) {
@@ -58,8 +69,10 @@ TEST(FailureRecords, AnythingElseIsAnErrorNamingTheFault) {
   };
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"", "failure record: truncated"},
-      {"ddp-failure 2\nkind other\n", "failure record: starts with \"ddp-failure 2\""},
-      {"ddp-failure 2\n", "not \"ddp-failure 1\""},
+      {"ddp-failure 3\nkind other\n", "failure record: starts with \"ddp-failure 3\""},
+      {"ddp-failure 3\n", "not \"ddp-failure 2\" (or \"ddp-failure 1\")"},
+      {replaced("state final", "state maybe"), "unknown state \"maybe\""},
+      {replaced("state final\n", ""), "expected field state, found \"rank 12\""},
       {good.substr(0, good.size() - 1), "truncated"},
       {good + "extra\n", "text after its last field"},
       {replaced("kind peer_lost", "kind crashed"), "unknown kind \"crashed\""},
@@ -99,6 +112,27 @@ TEST(FailureRecords, TheFirstOfAProcessStaysUnderEveryPrefixAndCanBeCleared) {
   EXPECT_FALSE(read_failure(*root, 13)) << "a malformed record is none";
   clear_failure(group, 12);
   EXPECT_FALSE(read_failure(*root, 12));
+}
+
+// One record from the first moment: a provisional one is hidden from ddprun's reads, replaced by
+// the final one, and never replaces a final one.
+TEST(FailureRecords, AFinalRecordReplacesTheProvisionalOneAndStays) {
+  auto root = std::make_shared<HashStore>();
+  PrefixStore group("ddp/0/0/pg/world", root);
+  FailureRecord note = full();
+  note.state = FailureState::Provisional;
+  note.message = "first-hand: connection reset";
+  publish_failure(group, note);
+  EXPECT_FALSE(read_failure(group, 12)) << "ddprun reads final records only";
+  EXPECT_EQ(read_failure(group, 12, /*provisional=*/true), note);
+  FailureRecord later_note = note;
+  later_note.message = "a second provisional note";
+  publish_failure(group, later_note);
+  EXPECT_EQ(read_failure(group, 12, true), note) << "the first note stays until the final record";
+  publish_failure(group, full());
+  EXPECT_EQ(read_failure(group, 12), full());
+  publish_failure(group, note);
+  EXPECT_EQ(read_failure(group, 12, true), full()) << "a provisional record never replaces a final one";
 }
 
 // The record the failing rank's own store (rank 0 hosts it) holds for global rank `rank`.

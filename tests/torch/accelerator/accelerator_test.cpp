@@ -212,6 +212,36 @@ TEST(Accelerator, SavingNeedsOneDirectoryOnEveryRankAndAFailedWriteFailsEveryRan
       launch());
 }
 
+// A new user's resume with another per-rank batch size: the checkpoint is intact and refused, so
+// the refusal (naming the batch size to use) reaches them as itself, not a fallback to an older
+// checkpoint ending in advice to delete intact files; with the saved batch size it loads.
+TEST(Accelerator, ResumingWithAnotherBatchSizeIsRefusedNamingTheOneToUse) {
+  test::run_ranks(
+      2,
+      [](int rank, int) {
+    const auto root = fs::temp_directory_path() / (std::string("ddp-acc-resume-") + std::getenv("MASTER_PORT"));
+    Accelerator acc;
+    (void)acc.prepare(torch::nn::Linear(4, 2));
+    (void)acc.prepare(Numbers(20), {.batch_size = 2});
+    acc.save_state(root.string());
+    Accelerator other;
+    (void)other.prepare(torch::nn::Linear(4, 2));
+    (void)other.prepare(Numbers(20), {.batch_size = 4});
+    const auto message = test::expect_error<InvalidArgument>(
+        [&] { other.load_state(root.string()); },
+        {"loader 0 was saved with batch_size 2, this one has 4", "prepare the loader with .batch_size = 2"});
+    EXPECT_EQ(message.find("no usable checkpoint"), std::string::npos) << message;
+    EXPECT_EQ(message.find("Delete"), std::string::npos) << message;
+    Accelerator same;
+    (void)same.prepare(torch::nn::Linear(4, 2));
+    (void)same.prepare(Numbers(20), {.batch_size = 2});
+    same.load_state(root.string());
+    acc.wait_for_everyone();
+    if (rank == 0) fs::remove_all(root);
+      },
+      launch());
+}
+
 // fp16: a GradScaler; a step whose gradients hold inf is skipped, the window's gradients dropped,
 // and the scale halved. Needs a LibTorch that autocasts the CPU to float16 (2.x); 1.13 is refused
 // with the advice to use bf16.

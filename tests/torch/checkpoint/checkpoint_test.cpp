@@ -121,6 +121,56 @@ TEST(Checkpoints, NoUsableCheckpointIsAnErrorNamingEveryFile) {
     EXPECT_NE(message.find("000000000003.ckpt: not a ddp checkpoint"), std::string::npos) << message;
     EXPECT_NE(message.find("000000000002.ckpt: truncated"), std::string::npos) << message;
     EXPECT_NE(message.find("000000000001.ckpt: truncated"), std::string::npos) << message;
+    EXPECT_NE(message.find("Delete the damaged files to start from scratch"), std::string::npos) << message;
+    EXPECT_EQ(message.find("intact"), std::string::npos) << message;
+  }
+}
+
+// A refusal by `read` (here: another size than the caller expects) is the caller's error as it
+// is: an older checkpoint would be refused alike, and nothing advises deleting intact files.
+TEST(Checkpoints, ARefusalOfAnIntactCheckpointReachesTheCallerAsItself) {
+  TempDir dir;
+  Checkpoints c({.directory = dir.path()});
+  save_value(c, 1, 1.0);
+  save_value(c, 2, 2.0);
+  int calls = 0;
+  try {
+    c.load_latest([&](torch::serialize::InputArchive&) {
+      ++calls;
+      throw InvalidArgument("saved with size 3, this one has 4; resume with size 3");
+    });
+    FAIL() << "no error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_STREQ(e.what(), "saved with size 3, this one has 4; resume with size 3");
+  }
+  EXPECT_EQ(calls, 1) << "a refusal must not fall back to the older checkpoint";
+}
+
+// Entries `read` asks for that an intact file lacks (LibTorch's reader's error) fall back to the
+// older file like damage, but the final error does not call intact files damaged.
+TEST(Checkpoints, IntactFilesWithOtherEntriesAreNotCalledDamaged) {
+  TempDir dir;
+  Checkpoints c({.directory = dir.path()});
+  c.save(1, [](torch::serialize::OutputArchive& a) { a.write("other", torch::ones({1})); });
+  try {
+    load_value(c);
+    FAIL() << "no error";
+  } catch (const IOError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("000000000001.ckpt: intact, but not what this program reads"), std::string::npos) << message;
+    EXPECT_NE(message.find("read them with the program (and version) that wrote them"), std::string::npos) << message;
+    EXPECT_EQ(message.find("Delete"), std::string::npos) << message;
+  }
+  save_value(c, 2, 2.0);
+  corrupt(c.list().front(), true);  // one damaged, one intact: deletion is advised for the damaged
+  try {
+    load_value(c);
+    FAIL() << "no error";
+  } catch (const IOError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("000000000002.ckpt: truncated"), std::string::npos) << message;
+    EXPECT_NE(message.find("Delete the damaged files"), std::string::npos) << message;
+    EXPECT_NE(message.find("The intact ones hold other entries"), std::string::npos) << message;
   }
 }
 
