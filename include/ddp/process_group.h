@@ -120,7 +120,7 @@ class ProcessGroup {
 
   // `bytes` (> 0) of zeroed host memory that the other ranks on this host can read where it is:
   // all_reduce and reduce of a large buffer inside it skip the copies through the shared segment
-  // (1.2-1.8x faster from 1 MB to 16 MB at 2 ranks here; docs/SHM.md). Not a collective: each
+  // (docs/SHM.md; the gain is docs/BENCHMARKS.md's shared-buffers table). Not a collective: each
   // rank allocates on its own, and a buffer in it may meet ordinary buffers on the other ranks.
   // Freed when the last copy of the pointer goes (also after the group is destroyed). Null when the group has no such memory
   // (no other rank on this host, DDP_SHM=0, a backend other than gloo, 256 allocations alive, or

@@ -29,8 +29,16 @@ class Store {
   // The values of `keys`, in their order, waiting up to `timeout` (default: timeout()) for every
   // one to be set: PyTorch's multi_get. Throws TimeoutError naming the keys still missing. A
   // TCPStore asks for them in one request (a rank that reads its N peers' records makes one round
-  // trip, not N + 1); the other stores wait, then get each.
-  virtual std::vector<std::string> multi_get(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
+  // trip, not N + 1); the other stores wait, then get each (below: the wait names every missing
+  // key on a timeout, which a get per key would not).
+  virtual std::vector<std::string> multi_get(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+    if (keys.empty()) return {};
+    wait(keys, timeout);
+    std::vector<std::string> values;
+    values.reserve(keys.size());
+    for (const auto& key : keys) values.push_back(get(key, timeout));
+    return values;
+  }
   std::vector<std::string> multi_get(const std::vector<std::string>& keys) { return multi_get(keys, timeout()); }
 
   // Atomically adds `delta` to the integer counter at `key` (created as 0) and returns the new

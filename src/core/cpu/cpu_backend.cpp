@@ -110,8 +110,8 @@ class CpuBackend final : public Backend {
 
 // Group rank 0's `mine` under `key`: a setting that decides which algorithm runs, so every rank
 // must use the same one. Rank 0 publishes its own; the others read it.
-std::string rank_zeros(const BackendContext& ctx, const std::string& key, std::string mine,
-                       std::chrono::steady_clock::time_point deadline) {
+std::string rank_zero_value(const BackendContext& ctx, const std::string& key, std::string mine,
+                            std::chrono::steady_clock::time_point deadline) {
   if (ctx.rank == 0) {
     ctx.store->set(key, mine);
     return mine;
@@ -159,7 +159,8 @@ std::unique_ptr<Backend> make_cpu_backend(const BackendContext& ctx) {
 
   const GlooPlacement placement{.one_network = shm::one_network(ids), .hosts = static_cast<int>(plan.hosts.size())};
   const std::string doubling_key = "gloo_doubling_bytes";
-  const auto doubling = parse_int(rank_zeros(ctx, doubling_key, std::to_string(gloo_tuning.doubling_bytes), deadline));
+  const auto doubling =
+      parse_int(rank_zero_value(ctx, doubling_key, std::to_string(gloo_tuning.doubling_bytes), deadline));
   if (!doubling || *doubling < 0) throw InvalidArgument(cat("gloo: rank 0 published a malformed ", doubling_key));
   const auto doubling_bytes = static_cast<std::size_t>(*doubling);
   auto gloo = make_gloo_backend(ctx, placement, doubling_bytes);
@@ -187,7 +188,7 @@ std::unique_ptr<Backend> make_cpu_backend(const BackendContext& ctx) {
   // Every rank must take the same path and chunks for the same buffer: rank 0's thresholds hold.
   Hierarchy::Thresholds thresholds{tuning.stripe_bytes, tuning.stripe_chunk_bytes, tuning.gather_chunk_bytes,
                                    tuning.gather_stripe_bytes};
-  thresholds = decode_thresholds(rank_zeros(ctx, "hierarchy_thresholds", encode_thresholds(thresholds), deadline));
+  thresholds = decode_thresholds(rank_zero_value(ctx, "hierarchy_thresholds", encode_thresholds(thresholds), deadline));
   if (plan.my_host().size() < 2) host.reset();
   log(LogLevel::Debug, "rank ", ctx.rank, ": shared memory with ", plan.my_host().size(), " ranks on this host, ",
       plan.hosts.size(), " hosts", striped ? ", striped over every rank's lane" : ", through the hosts' first ranks");

@@ -42,16 +42,17 @@ std::string times(int n) { return cat(n, n == 1 ? " time" : " times"); }
 // and link idle between messages, which a second ring fills (PyTorch's gloo group runs two
 // buckets at once on two threads). On one host, rings at once would share the same cores and
 // memory, and the shared-memory path is already at memcpy's speed; NCCL has streams of its own.
-// DDP_BUCKET_STREAMS=1 on any rank keeps one stream on all (the twin is made by all or none).
-std::shared_ptr<ProcessGroup> second_stream(const std::shared_ptr<ProcessGroup>& group,
-                                            const std::vector<at::Tensor>& params) {
+// The twin (ProcessGroup::twin) that carries the odd buckets, or null where one group serves:
+// DDP_BUCKET_STREAMS=1 on any rank keeps every bucket on `group` (all ranks make the twin or none).
+std::shared_ptr<ProcessGroup> odd_bucket_twin(const std::shared_ptr<ProcessGroup>& group,
+                                              const std::vector<at::Tensor>& params) {
   const bool on_cpu = std::all_of(params.begin(), params.end(), [](const at::Tensor& p) { return p.is_cpu(); });
   if (group->size() < 2 || group->hosts() != group->size() || !on_cpu) return nullptr;
   VariableProblems ignored;  // DDP's constructor reports them
   const int mine = read_variables(kDdpVariables, with_overrides(group->variables()), ignored).bucket_streams;
-  at::Tensor streams = at::full({1}, mine, at::kInt);
-  all_reduce(streams, ReduceOp::MIN, group);
-  return streams.item<int>() > 1 ? group->twin() : nullptr;
+  at::Tensor in_flight = at::full({1}, mine, at::kInt);  // buckets at once
+  all_reduce(in_flight, ReduceOp::MIN, group);
+  return in_flight.item<int>() > 1 ? group->twin() : nullptr;
 }
 
 }  // namespace
@@ -70,7 +71,7 @@ Reducer::Reducer(std::shared_ptr<ProcessGroup> group, std::vector<at::Tensor> pa
       arrivals_(params_.size(), options_.static_graph),
       used_(params_.size(), 0),
       self_(std::make_shared<std::atomic<Reducer*>>(this)) {
-  stream_ = second_stream(group_, params_);
+  odd_bucket_twin_ = odd_bucket_twin(group_, params_);
   build_buckets(plan_buckets(specs_, reverse_order(params_.size()), first_cap(), cap()));
   refresh_hooks();
 }
@@ -86,7 +87,7 @@ std::size_t Reducer::first_cap() const { return std::min(kFirstBucketBytes, cap(
 void Reducer::build_buckets(const BucketPlan& plan) {
   std::vector<Bucket> buckets;
   for (std::size_t b = 0; b < plan.size(); ++b) {
-    const auto& group = stream_ && b % 2 == 1 ? stream_ : group_;
+    const auto& group = odd_bucket_twin_ && b % 2 == 1 ? odd_bucket_twin_ : group_;
     buckets.emplace_back(b, b + 1 == plan.size(), plan[b], params_, group, options_.gradient_as_bucket_view);
   }
   buckets_ = std::move(buckets);

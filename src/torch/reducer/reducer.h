@@ -100,7 +100,7 @@ class Reducer {
   std::shared_ptr<ProcessGroup> group_;
   // Where no two ranks share a host (CPU parameters): a twin of group_ (ProcessGroup::twin) that
   // runs every odd bucket's communication, so that two buckets are in flight. Null elsewhere.
-  std::shared_ptr<ProcessGroup> stream_;
+  std::shared_ptr<ProcessGroup> odd_bucket_twin_;
   int world_;
   std::vector<at::Tensor> params_;
   std::vector<std::string> names_;
