@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "ddp/tcp_store.h"
-#include "ddp/detail/socket.h"
+#include "net/socket.h"
 #include "store/torch_wire.h"
 #include "store/wire.h"
 

@@ -85,7 +85,7 @@ function(ddp_gloo target)
   add_library(${target}_gloo OBJECT ${_dir}/gloo/gloo_backend.cpp ${_dir}/gloo/doubling.cpp ${_dir}/gloo/termination.cpp
     ${_dir}/gloo/binding.cpp ${_dir}/gloo/device.cpp ${_dir}/gloo/store_adapter.cpp)
   set_target_properties(${target}_gloo PROPERTIES CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
-  target_include_directories(${target}_gloo PRIVATE ${PROJECT_SOURCE_DIR}/include ${_dir})
+  target_include_directories(${target}_gloo PRIVATE ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/internal ${_dir})
   if(DDP_GLOO_MODE STREQUAL "PRIVATE")
     set(_gloo ${DDP_GLOO_SOURCE_DIR}/gloo)
     set(_sources)

@@ -1,7 +1,9 @@
 # The core's layers, bottom up (docs/ARCHITECTURE.md, "Layers"). Each folder of src/core is one
 # layer and one object library, ddp_core_<folder>; "api" is the files at src/core's top. A layer's
 # files include the headers of their own folder, of the layers it names here, and the public ones
-# (include/ddp, ddp/detail among them), nothing else. A layer names only layers above it in this
+# (include/ddp), nothing else. internal/<layer>/ holds the headers of a layer that the front, the
+# launcher and the tools share with the core, uninstalled: they belong to that layer as its src/core
+# folder's do, included as "<layer>/name.h". A layer names only layers above it in this
 # list, so no two folders can include each other. ddp_check_layers() checks every include at
 # configure time; it also keeps the front (src/torch), the launcher (src/launcher) and the tools
 # (src/tools) to the public headers.
@@ -62,7 +64,15 @@ function(ddp_check_layers root)
     if(_layer STREQUAL "api")
       file(GLOB _files ${root}/src/core/*.h ${root}/src/core/*.cpp)
     else()
-      file(GLOB _files ${root}/src/core/${_layer}/*.h ${root}/src/core/${_layer}/*.cpp)
+      file(GLOB _files ${root}/src/core/${_layer}/*.h ${root}/src/core/${_layer}/*.cpp ${root}/internal/${_layer}/*.h)
+      # One name, one header: "<layer>/name.h" must not mean two files.
+      file(GLOB _shared RELATIVE ${root}/internal/${_layer} ${root}/internal/${_layer}/*.h)
+      foreach(_name IN LISTS _shared)
+        if(EXISTS ${root}/src/core/${_layer}/${_name})
+          list(APPEND _errors "internal/${_layer}/${_name} and src/core/${_layer}/${_name} are both \"${_layer}/${_name}\": "
+            "keep one (internal/ for what the front, launcher or tools include too)")
+        endif()
+      endforeach()
     endif()
     foreach(_file IN LISTS _files)
       _ddp_quoted_includes(${_file} _includes)
@@ -82,17 +92,24 @@ function(ddp_check_layers root)
       endforeach()
     endforeach()
   endforeach()
-  # Outside the core, only the public headers: what is private to the core stays there.
+  # internal/ holds layers' headers only.
+  file(GLOB _internal_dirs LIST_DIRECTORIES true RELATIVE ${root}/internal ${root}/internal/*)
+  foreach(_dir IN LISTS _internal_dirs)
+    if(NOT _dir IN_LIST _layers)
+      list(APPEND _errors "internal/${_dir}: not a layer of cmake/layers.cmake; internal/ has one folder per layer")
+    endif()
+  endforeach()
+  # Outside the core, the public headers and internal/'s: what is private to the core stays there.
   foreach(_part torch launcher tools)
     file(GLOB_RECURSE _files ${root}/src/${_part}/*.h ${root}/src/${_part}/*.cpp)
     foreach(_file IN LISTS _files)
       _ddp_quoted_includes(${_file} _includes)
       foreach(_include IN LISTS _includes)
-        if(NOT _include MATCHES "^ddp/" AND EXISTS ${root}/src/core/${_include})
+        if(NOT _include MATCHES "^ddp/" AND EXISTS ${root}/src/core/${_include} AND NOT EXISTS ${root}/internal/${_include})
           file(RELATIVE_PATH _rel ${root} ${_file})
           string(CONCAT _error "${_rel}: includes \"${_include}\", a private header of the core (src/core). "
-            "src/${_part} builds against include/ddp only: use the public API, or move what it shares with the "
-            "core to include/ddp/detail")
+            "src/${_part} builds against include/ddp and internal/ only: use the public API, or move what it "
+            "shares with the core to internal/<layer>/")
           list(APPEND _errors "${_error}")
         endif()
       endforeach()

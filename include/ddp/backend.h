@@ -96,7 +96,7 @@ struct BackendContext {
   int rank = 0;
   int size = 1;
   std::chrono::milliseconds timeout = kDefaultTimeout;
-  std::string master_addr;    // the job's master host, to pick the interface that reaches it
+  std::string master_addr;  // the job's master host, to pick the interface that reaches it
   // The group's variables (ProcessGroupOptions::variables), in front of the process's
   // environment: a backend reads the variables it declares from them as it is made.
   std::map<std::string, std::string> variables;

@@ -13,13 +13,13 @@
 #include "group/backend_set.h"
 #include "group/execute.h"
 #include "group/failure.h"
-#include "ddp/detail/failure_record.h"
+#include "records/failure_record.h"
 #include "group/membership.h"
 #include "flight/last_words.h"
-#include "ddp/detail/op.h"
+#include "op/op.h"
 #include "group/progress.h"
-#include "ddp/detail/error_kind.h"
-#include "ddp/detail/log.h"
+#include "util/error_kind.h"
+#include "util/log.h"
 #include "util/worker.h"
 
 namespace ddp {
@@ -49,9 +49,9 @@ struct ProcessGroup::State {
   std::unique_ptr<detail::BackendSet> backends;  // one, or one per device type
   std::unique_ptr<detail::ProgressSlot> progress;
   std::shared_ptr<detail::FailureHandler> failures;  // groups of more than one
-  std::uint64_t last_words = 0;      // its note for the peers should the process end (flight/last_words)
-  FlightRecorder* flight = nullptr;  // the process's flight recorder
-  std::uint32_t flight_group = 0;    // this group's index in it
+  std::uint64_t last_words = 0;                  // its note for the peers should the process end (flight/last_words)
+  FlightRecorder* flight = nullptr;              // the process's flight recorder
+  std::uint32_t flight_group = 0;                // this group's index in it
   std::map<std::string, std::string> variables;  // ProcessGroupOptions::variables
   bool debug = false;                            // DDP_DEBUG, read once as it was made
 
@@ -271,8 +271,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const std::string& backend, s
   auto state = std::make_shared<State>();
   state->variables = options.variables;
   detail::VariableProblems problems;
-  state->debug =
-      detail::read_variables(detail::kDebugVariables, detail::with_overrides(options.variables), problems).check_agreement;
+  state->debug = detail::read_variables(detail::kDebugVariables, detail::with_overrides(options.variables), problems)
+                     .check_agreement;
   problems.log_warnings();
   state->name = options.name;
   state->rank = rank;
@@ -308,7 +308,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const std::string& backend, s
     }
     state->backends = std::make_unique<detail::BackendSet>(choices, std::move(backends));
   } else {
-    // Ranks that never arrive are a failure as data too: ddprun blames them (ddp/detail/failure_record.h).
+    // Ranks that never arrive are a failure as data too: ddprun blames them (records/failure_record.h).
     const auto missing = [&](const detail::RanksMissingError& e) {
       detail::FailureRecord record;
       record.kind = ErrorKind::Timeout;

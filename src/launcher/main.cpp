@@ -13,7 +13,7 @@
 #include "cli/options.h"
 #include "workers/orphan_guard.h"
 #include "workers/signals.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 #include "workers/worker_output.h"
 
 namespace {

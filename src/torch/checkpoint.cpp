@@ -19,9 +19,9 @@
 
 #include "ddp/distributed.h"
 #include "ddp/error.h"
-#include "ddp/detail/log.h"
+#include "util/log.h"
 #include "checkpoint_variables.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp {
 

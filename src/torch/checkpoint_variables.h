@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "ddp/detail/variables.h"
+#include "util/variables.h"
 
 namespace ddp::detail {
 

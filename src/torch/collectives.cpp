@@ -12,8 +12,8 @@
 
 #include "cuda_stream.h"
 #include "ddp/error.h"
-#include "ddp/detail/log.h"
-#include "ddp/detail/strings.h"
+#include "util/log.h"
+#include "util/strings.h"
 
 namespace ddp {
 

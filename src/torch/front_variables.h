@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "ddp/detail/variables.h"
+#include "util/variables.h"
 
 namespace ddp::detail {
 

@@ -1,6 +1,6 @@
-// libFuzzer target: the flight recorder's dump reader (ddp/detail/flight_dump.h), which reads files any
+// libFuzzer target: the flight recorder's dump reader (records/flight_dump.h), which reads files any
 // process, or a damaged disk, may have written, and the analysis that runs on what it read
-// (ddp/detail/flight_analysis.h). Beyond "no crash, no sanitizer report, no hang": every dump that parses
+// (records/flight_analysis.h). Beyond "no crash, no sanitizer report, no hang": every dump that parses
 // must encode to a text that parses back to the same dump, and whose encoding is the same text.
 #include <cstdint>
 #include <cstdlib>
@@ -8,8 +8,8 @@
 #include <string_view>
 
 #include "ddp/error.h"
-#include "ddp/detail/flight_analysis.h"
-#include "ddp/detail/flight_dump.h"
+#include "records/flight_analysis.h"
+#include "records/flight_dump.h"
 
 namespace {
 

@@ -10,6 +10,18 @@ work="$(mktemp -d /tmp/ddp-install-test.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
 cmake --install "$build" --prefix "$work/prefix" >/dev/null
 
+# What is installed is what a user includes: the headers docs/ARCHITECTURE.md lists, nothing else.
+listed="$(awk '/^<!-- installed headers -->/ {on = 1; next} /^<!-- end of installed headers -->/ {on = 0}
+               on {while (match($0, /`ddp\/[^`]+\.h`/)) {print substr($0, RSTART + 1, RLENGTH - 2); $0 = substr($0, RSTART + RLENGTH)}}' \
+          "$here/../../docs/ARCHITECTURE.md" | sort)"
+installed="$(cd "$work/prefix/include" && find . -type f | sed 's|^\./||' | sort)"
+[ -n "$listed" ] || { echo "install_test: docs/ARCHITECTURE.md lists no installed headers"; exit 1; }
+if [ "$listed" != "$installed" ]; then
+  echo "install_test: the installed headers differ from docs/ARCHITECTURE.md's list (< listed, > installed):"
+  diff <(echo "$listed") <(echo "$installed") || true
+  exit 1
+fi
+
 # The block's #include lines first, then the prelude (the model, tensors... it takes as given),
 # then its statements in a function. Nothing of it is run: new_group({0, 2}) needs 3 ranks.
 block="$work/block.txt"

@@ -1,4 +1,4 @@
-// Every DDP_* variable is declared once, beside the code that reads it (ddp/detail/variables.h):
+// Every DDP_* variable is declared once, beside the code that reads it (util/variables.h):
 // README's table names exactly the declared ones, and no source reads or names another.
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <set>
 #include <sstream>
 
-#include "ddp/detail/variables.h"
+#include "util/variables.h"
 #include "front_variables.h"
 
 namespace ddp::detail {
@@ -72,7 +72,8 @@ TEST(Variables, NoSourceReadsOrNamesAnUndeclaredVariable) {
       ++files;
       const std::string text = read_text(entry.path());
       const std::string file = entry.path().lexically_relative(DDP_SOURCE_DIR).string();
-      EXPECT_FALSE(std::regex_search(text, read)) << file << " reads a DDP_* variable: declare it and use read_variables";
+      EXPECT_FALSE(std::regex_search(text, read))
+          << file << " reads a DDP_* variable: declare it and use read_variables";
       for (auto it = std::sregex_iterator(text.begin(), text.end(), literal); it != std::sregex_iterator(); ++it) {
         EXPECT_TRUE(names.contains((*it)[1].str())) << file << " names " << (*it)[1] << ", which no part declares";
       }

@@ -38,4 +38,6 @@ std::string default_backend_spec(bool cuda_available) { return cuda_available ? 
 // beyond the visible ones) must fail with the reason, not quietly become a CPU job.
 std::string default_backend_spec() { return default_backend_spec(cuda_available()); }
 
+std::vector<VariableInfo> builtin_backend_variables() { return cpu_backend_variables(); }
+
 }  // namespace ddp::detail

@@ -6,7 +6,7 @@
 
 #include "backends/registry.h"
 #include "ddp/error.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 #include "group/local_backend.h"
 
 namespace ddp {

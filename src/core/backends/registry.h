@@ -3,8 +3,10 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ddp/backend.h"
+#include "util/variables.h"
 
 namespace ddp::detail {
 
@@ -14,6 +16,9 @@ void register_builtin_backends();
 // build has NCCL, else "gloo". Pure in the first form.
 std::string default_backend_spec(bool cuda_available);
 std::string default_backend_spec();
+
+// The variables the builtin backends read as they are made (nccl reads none of ddp's).
+std::vector<VariableInfo> builtin_backend_variables();
 
 // The factory registered as `name`. Throws InvalidArgument listing the known names.
 BackendFactory find_backend(const std::string& name);

@@ -15,8 +15,8 @@
 #include "shm/rendezvous.h"
 #include "shm/topology.h"
 #include "shm/tuning.h"
-#include "ddp/detail/log.h"
-#include "ddp/detail/strings.h"
+#include "util/log.h"
+#include "util/strings.h"
 #include "util/deadline.h"
 
 namespace ddp::detail {
@@ -195,6 +195,13 @@ std::unique_ptr<Backend> make_cpu_backend(const BackendContext& ctx) {
   auto hierarchy = std::make_unique<Hierarchy>(plan, host.get(), across.get(), thresholds);
   return std::make_unique<CpuBackend>(ctx.rank, ctx.size, std::move(gloo), std::move(across), std::move(host),
                                       std::move(hierarchy));
+}
+
+std::vector<VariableInfo> cpu_backend_variables() {
+  auto all = infos_of(shm::kShmVariables);
+  const auto gloo = infos_of(kGlooVariables);
+  all.insert(all.end(), gloo.begin(), gloo.end());
+  return all;
 }
 
 }  // namespace ddp::detail

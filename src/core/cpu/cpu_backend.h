@@ -16,11 +16,16 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "ddp/backend.h"
+#include "util/variables.h"
 
 namespace ddp::detail {
 
 std::unique_ptr<Backend> make_cpu_backend(const BackendContext& context);
+
+// The variables it reads as it is made: the shared-memory tuning and Gloo's.
+std::vector<VariableInfo> cpu_backend_variables();
 
 }  // namespace ddp::detail

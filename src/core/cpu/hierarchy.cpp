@@ -7,7 +7,7 @@
 #include "ddp/error.h"
 #include "reduce/reduce.h"
 #include "util/buffers.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp::detail {
 

@@ -9,7 +9,7 @@
 
 #include "flight/recorder.h"
 #include "group/progress.h"
-#include "ddp/detail/log.h"
+#include "util/log.h"
 
 namespace ddp::detail {
 namespace {

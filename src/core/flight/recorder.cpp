@@ -10,11 +10,11 @@
 #include "ddp/error.h"
 #include "ddp/flight_recorder.h"
 #include "flight/caller.h"
-#include "ddp/detail/flight_config.h"
-#include "ddp/detail/flight_dump_files.h"
+#include "records/flight_config.h"
+#include "records/flight_dump_files.h"
 #include "flight/signal_dumps.h"
-#include "ddp/detail/socket.h"
-#include "ddp/detail/log.h"
+#include "net/socket.h"
+#include "util/log.h"
 
 namespace ddp::detail {
 namespace {

@@ -5,7 +5,7 @@
 // section and a few atomic stores; nothing is allocated.
 //
 // Thread-safe. The process's recorder is configured from its environment at first use (see
-// ddp/detail/flight_config.h); tests make their own.
+// records/flight_config.h); tests make their own.
 #pragma once
 
 #include <atomic>
@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "ddp/detail/flight_dump.h"
-#include "ddp/detail/op.h"
+#include "records/flight_dump.h"
+#include "op/op.h"
 #include "group/backend_set.h"
 
 namespace ddp::detail {

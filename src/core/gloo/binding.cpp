@@ -9,7 +9,7 @@
 #include <mutex>
 
 #include "ddp/error.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp::detail {
 namespace {

@@ -10,8 +10,8 @@
 #include "ddp/error.h"
 #include "gloo/binding.h"
 #include "gloo/termination.h"
-#include "ddp/detail/socket.h"
-#include "ddp/detail/strings.h"
+#include "net/socket.h"
+#include "util/strings.h"
 
 namespace ddp::detail {
 namespace {

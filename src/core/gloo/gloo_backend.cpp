@@ -24,9 +24,9 @@
 #include "gloo/tuning.h"
 #include "reduce/reduce.h"
 #include "util/deadline.h"
-#include "ddp/detail/error_kind.h"
-#include "ddp/detail/log.h"
-#include "ddp/detail/strings.h"
+#include "util/error_kind.h"
+#include "util/log.h"
+#include "util/strings.h"
 
 namespace ddp::detail {
 namespace {

@@ -12,7 +12,7 @@
 
 #include "flight/recorder.h"
 #include "flight/last_words.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp::detail {
 namespace {

@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <string>
 
-#include "ddp/detail/variables.h"
+#include "util/variables.h"
 
 namespace ddp::detail {
 

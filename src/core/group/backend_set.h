@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "ddp/backend.h"
-#include "ddp/detail/op.h"
+#include "op/op.h"
 
 namespace ddp::detail {
 

@@ -1,8 +1,8 @@
 #include "group/diagnosis.h"
 
 #include "ddp/store.h"
-#include "ddp/detail/lost_ranks.h"
-#include "ddp/detail/strings.h"
+#include "store/lost_ranks.h"
+#include "util/strings.h"
 
 namespace ddp::detail {
 namespace {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "ddp/error.h"
-#include "ddp/detail/op.h"
+#include "op/op.h"
 #include "group/progress.h"
 
 namespace ddp {
@@ -28,7 +28,7 @@ struct Diagnosis {
   enum class Kind { None, Lost, Mismatch, Behind };
   Kind kind = Kind::None;
   std::string text;  // one or more sentences; empty when nothing is known
-  // What the text says, as data (ddp/detail/failure_record.h), in global ranks.
+  // What the text says, as data (records/failure_record.h), in global ranks.
   std::vector<int> lost, behind, inside, mismatched;
   int first = -1;  // the rank whose earlier failure explains this one ("Rank N failed first")
 };

@@ -4,7 +4,7 @@
 #pragma once
 
 #include "ddp/backend.h"
-#include "ddp/detail/op.h"
+#include "op/op.h"
 
 namespace ddp::detail {
 

@@ -3,8 +3,8 @@
 #pragma once
 
 #include "ddp/backend.h"
-#include "ddp/detail/op.h"
-#include "ddp/detail/variables.h"
+#include "op/op.h"
+#include "util/variables.h"
 
 namespace ddp::detail {
 

@@ -2,8 +2,8 @@
 
 #include <thread>
 
-#include "ddp/detail/lost_ranks.h"
-#include "ddp/detail/strings.h"
+#include "store/lost_ranks.h"
+#include "util/strings.h"
 
 namespace ddp::detail {
 namespace {

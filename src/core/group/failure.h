@@ -1,6 +1,6 @@
 // What a group does when one of its operations fails: it explains the failure from what the
 // other ranks recorded in the store (lost-rank records, progress records, the failure records of
-// the peers: ddp/detail/failure_record.h) and leaves its own record for the peers and ddprun. Runs on the thread that ran
+// the peers: records/failure_record.h) and leaves its own record for the peers and ddprun. Runs on the thread that ran
 // the op; reads the store on a connection of its own with a short timeout, so a broken store
 // bounds it too.
 #pragma once
@@ -15,9 +15,9 @@
 #include "ddp/store.h"
 #include "group/backend_set.h"
 #include "group/diagnosis.h"
-#include "ddp/detail/failure_record.h"
-#include "ddp/detail/op.h"
-#include "ddp/detail/error_kind.h"
+#include "records/failure_record.h"
+#include "op/op.h"
+#include "util/error_kind.h"
 
 namespace ddp::detail {
 

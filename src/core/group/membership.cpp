@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "ddp/error.h"
-#include "ddp/detail/socket.h"
-#include "ddp/detail/error_kind.h"
-#include "ddp/detail/strings.h"
+#include "net/socket.h"
+#include "util/error_kind.h"
+#include "util/strings.h"
 
 namespace ddp::detail {
 namespace {

@@ -15,7 +15,7 @@
 namespace ddp::detail {
 
 // The TimeoutError of await_members and all_connected: also names, as data, the group ranks that did
-// not arrive (for the failure record, ddp/detail/failure_record.h).
+// not arrive (for the failure record, records/failure_record.h).
 class RanksMissingError : public TimeoutError {
  public:
   RanksMissingError(const std::string& message, std::vector<int> ranks)

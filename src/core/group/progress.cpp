@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "ddp/store.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp::detail {
 

@@ -10,7 +10,7 @@
 #include <optional>
 #include <string>
 
-#include "ddp/detail/op.h"
+#include "op/op.h"
 
 namespace ddp {
 class Store;

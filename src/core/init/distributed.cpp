@@ -10,12 +10,12 @@
 #include "ddp/prefix_store.h"
 #include "ddp/tcp_store.h"
 #include "init/init_method.h"
-#include "ddp/detail/launch_env.h"
+#include "util/launch_env.h"
 #include "backends/registry.h"
 #include "store/store_variables.h"
 #include "group/backend_set.h"
-#include "ddp/detail/log.h"
-#include "ddp/detail/error_kind.h"
+#include "util/log.h"
+#include "util/error_kind.h"
 
 namespace ddp {
 
@@ -50,8 +50,8 @@ std::shared_ptr<ProcessGroup> require(const std::shared_ptr<ProcessGroup>& group
 }
 
 std::shared_ptr<Store> make_store(const detail::InitMethod& method, const detail::LaunchEnv& env,
-                                  const std::optional<std::string>& store_protocol, int rank, std::chrono::milliseconds timeout,
-                                  int generation, std::string& master_addr) {
+                                  const std::optional<std::string>& store_protocol, int rank,
+                                  std::chrono::milliseconds timeout, int generation, std::string& master_addr) {
   if (method.kind == detail::InitMethod::Kind::File) {
     auto store = std::make_shared<FileStore>(method.path);
     store->set_timeout(timeout);
@@ -133,7 +133,8 @@ void init_process_group(const std::string& backend_name, InitOptions options) {
     std::shared_ptr<Store> store = options.store;
     std::string master_addr = env.master_addr;
     if (!store && world_size > 1) {
-      store = make_store(method, env, protocol.empty() ? std::nullopt : std::optional(protocol), rank, options.timeout, w.generation, master_addr);
+      store = make_store(method, env, protocol.empty() ? std::nullopt : std::optional(protocol), rank, options.timeout,
+                         w.generation, master_addr);
     }
     if (store) {
       // Keys of an earlier attempt (a restart) or an earlier init in this process stay apart.

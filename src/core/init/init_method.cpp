@@ -1,7 +1,7 @@
 #include "init/init_method.h"
 
 #include "ddp/error.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp::detail {
 namespace {

@@ -5,8 +5,8 @@
 
 #include "ddp/error.h"
 #include "ddp/store.h"
-#include "ddp/detail/log.h"
-#include "ddp/detail/strings.h"
+#include "util/log.h"
+#include "util/strings.h"
 #include "util/deadline.h"
 
 namespace ddp::detail {

@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "ddp/error.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp::detail::cuda {
 

@@ -19,7 +19,7 @@
 #include "nccl/cuda_api.h"
 #include "nccl/p2p_channel.h"
 #include "nccl/stream_wakeup.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp::detail {
 namespace {

@@ -5,7 +5,7 @@
 #include "ddp/error.h"
 #include "ddp/store.h"
 #include "nccl/stream_wakeup.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp::detail {
 

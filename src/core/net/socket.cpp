@@ -1,4 +1,4 @@
-#include "ddp/detail/socket.h"
+#include "net/socket.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -18,8 +18,8 @@
 #include <thread>
 
 #include "ddp/error.h"
-#include "ddp/detail/log.h"
-#include "ddp/detail/strings.h"
+#include "util/log.h"
+#include "util/strings.h"
 
 namespace ddp::detail {
 namespace {

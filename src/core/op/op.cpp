@@ -1,10 +1,10 @@
-#include "ddp/detail/op.h"
+#include "op/op.h"
 
 #include <cstring>
 
 #include "ddp/error.h"
 #include "reduce/reduce.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp::detail {
 

@@ -1,10 +1,10 @@
-#include "ddp/detail/failure_record.h"
+#include "records/failure_record.h"
 
 #include <algorithm>
 #include <array>
 
 #include "ddp/error.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp::detail {
 namespace {

@@ -1,6 +1,6 @@
-// Where failure records are kept (ddp/detail/failure_record.h): apart from their text form, which the
+// Where failure records are kept (records/failure_record.h): apart from their text form, which the
 // flight dump's fuzzer links without a store.
-#include "ddp/detail/failure_record.h"
+#include "records/failure_record.h"
 
 #include "ddp/prefix_store.h"
 #include "ddp/store.h"

@@ -1,11 +1,11 @@
-#include "ddp/detail/flight_analysis.h"
+#include "records/flight_analysis.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <map>
 #include <set>
 
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp::detail {
 namespace {

@@ -1,6 +1,6 @@
-#include "ddp/detail/flight_config.h"
+#include "records/flight_config.h"
 
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 #include "store/store_variables.h"
 
 namespace ddp::detail {

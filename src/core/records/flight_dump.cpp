@@ -1,4 +1,4 @@
-#include "ddp/detail/flight_dump.h"
+#include "records/flight_dump.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -10,7 +10,7 @@
 #include <limits>
 
 #include "ddp/error.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp::detail {
 namespace {

@@ -1,4 +1,4 @@
-#include "ddp/detail/flight_dump_files.h"
+#include "records/flight_dump_files.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -12,8 +12,8 @@
 #include <system_error>
 
 #include "ddp/error.h"
-#include "ddp/detail/flight_config.h"
-#include "ddp/detail/strings.h"
+#include "records/flight_config.h"
+#include "util/strings.h"
 
 namespace ddp::detail {
 namespace {

@@ -8,8 +8,8 @@
 #include "shm/kernels.h"
 #include "shm/op_signature.h"
 #include "util/buffers.h"
-#include "ddp/detail/error_kind.h"
-#include "ddp/detail/strings.h"
+#include "util/error_kind.h"
+#include "util/strings.h"
 
 namespace ddp::detail::shm {
 namespace {

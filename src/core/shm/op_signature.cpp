@@ -1,6 +1,6 @@
 #include "shm/op_signature.h"
 
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp::detail::shm {
 namespace {

@@ -8,7 +8,7 @@
 
 #include "ddp/error.h"
 #include "ddp/store.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 #include "util/deadline.h"
 
 namespace ddp::detail::shm {

@@ -10,7 +10,7 @@
 #include <utility>
 
 #include "ddp/error.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp::detail::shm {
 

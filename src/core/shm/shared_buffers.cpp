@@ -11,7 +11,7 @@
 #include <string>
 
 #include "ddp/error.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp::detail::shm {
 namespace {

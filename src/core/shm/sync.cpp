@@ -11,7 +11,7 @@
 
 #include "ddp/error.h"
 #include "shm/op_signature.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <map>
 
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp::detail::shm {
 

@@ -9,7 +9,7 @@
 #include <limits>
 #include <string>
 
-#include "ddp/detail/variables.h"
+#include "util/variables.h"
 
 namespace ddp::detail::shm {
 
@@ -58,7 +58,8 @@ void read_chunk_bytes(Tuning& t, std::string_view name, const std::string& value
 
 inline constexpr std::int64_t kTerabyte = std::int64_t{1} << 40;
 inline constexpr Variable<Tuning> kShmVariables[] = {
-    {"DDP_SHM", "0, off, false or no: ranks on one host talk through Gloo over loopback", read_switch<Tuning, &Tuning::enabled>},
+    {"DDP_SHM", "0, off, false or no: ranks on one host talk through Gloo over loopback",
+     read_switch<Tuning, &Tuning::enabled>},
     {"DDP_SHM_CHUNK_BYTES", "the shared-memory pipeline's chunk (docs/SHM.md)", read_chunk_bytes},
     {"DDP_SHM_SMALL_BYTES", "the largest one-step shared-memory all_reduce (docs/SHM.md)",
      read_integer<Tuning, &Tuning::small_bytes, 0, 64 << 20>},
@@ -72,7 +73,8 @@ inline constexpr Variable<Tuning> kShmVariables[] = {
      read_integer<Tuning, &Tuning::gather_stripe_bytes, 0, kTerabyte>},
     {"DDP_SHM_SPIN_US", "how long a wait spins before it sleeps (default 50)",
      read_integer<Tuning, &Tuning::spin, 0, 1000000>},
-    {"DDP_SHM_HOST_ID", "this host's identity for shared memory (tests, isolation)", read_text<Tuning, &Tuning::host_id>},
+    {"DDP_SHM_HOST_ID", "this host's identity for shared memory (tests, isolation)",
+     read_text<Tuning, &Tuning::host_id>},
 };
 
 }  // namespace ddp::detail::shm

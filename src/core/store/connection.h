@@ -14,7 +14,7 @@
 
 #include "ddp/error.h"
 #include "ddp/tcp_store.h"
-#include "ddp/detail/socket.h"
+#include "net/socket.h"
 
 namespace ddp::detail {
 

@@ -8,7 +8,7 @@
 
 #include "store/connection.h"
 #include "store/wire.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp::detail {
 namespace {

@@ -4,7 +4,7 @@
 
 #include "ddp/error.h"
 #include "store/kv_semantics.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp {
 

@@ -1,7 +1,7 @@
 #include "store/kv_semantics.h"
 
 #include "ddp/error.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp::detail {
 

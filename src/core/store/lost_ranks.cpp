@@ -1,4 +1,4 @@
-#include "ddp/detail/lost_ranks.h"
+#include "store/lost_ranks.h"
 
 #include "ddp/store.h"
 

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "ddp/detail/variables.h"
+#include "util/variables.h"
 
 namespace ddp::detail {
 
@@ -14,8 +14,8 @@ struct StoreSettings {
 };
 
 inline constexpr Variable<StoreSettings> kStoreVariables[] = {
-    {"DDP_JOB_ID", "the job id a store checks (or TORCHELASTIC_RUN_ID)", read_text<StoreSettings, &StoreSettings::job_id>,
-     "TORCHELASTIC_RUN_ID"},
+    {"DDP_JOB_ID", "the job id a store checks (or TORCHELASTIC_RUN_ID)",
+     read_text<StoreSettings, &StoreSettings::job_id>, "TORCHELASTIC_RUN_ID"},
     {"DDP_STORE_PROTOCOL", "ddp or torch: the launcher's store", read_text<StoreSettings, &StoreSettings::protocol>},
 };
 

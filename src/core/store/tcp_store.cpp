@@ -7,7 +7,7 @@
 #include "ddp/error.h"
 #include "store/connection.h"
 #include "store/store_variables.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp {
 

@@ -13,9 +13,9 @@
 #include <utility>
 
 #include "ddp/error.h"
-#include "ddp/detail/lost_ranks.h"
+#include "store/lost_ranks.h"
 #include "store/tcp_store_server_impl.h"
-#include "ddp/detail/log.h"
+#include "util/log.h"
 
 namespace ddp {
 

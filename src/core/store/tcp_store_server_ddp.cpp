@@ -7,7 +7,7 @@
 
 #include "ddp/error.h"
 #include "store/tcp_store_server_impl.h"
-#include "ddp/detail/log.h"
+#include "util/log.h"
 
 namespace ddp {
 

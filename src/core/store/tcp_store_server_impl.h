@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "ddp/tcp_store.h"
-#include "ddp/detail/socket.h"
+#include "net/socket.h"
 #include "store/key_space.h"
 #include "store/torch_wire.h"
 #include "store/wire.h"

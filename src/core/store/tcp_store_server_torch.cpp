@@ -4,7 +4,7 @@
 // tcp_store_server_impl.h says how the server fits together.
 #include "ddp/error.h"
 #include "store/tcp_store_server_impl.h"
-#include "ddp/detail/log.h"
+#include "util/log.h"
 
 namespace ddp {
 

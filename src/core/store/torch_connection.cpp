@@ -7,7 +7,7 @@
 
 #include "store/connection.h"
 #include "store/torch_wire.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp::detail {
 namespace {

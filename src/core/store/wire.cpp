@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "ddp/tcp_store.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp::detail::wire {
 namespace {

@@ -1,4 +1,4 @@
-#include "ddp/detail/error_kind.h"
+#include "util/error_kind.h"
 
 #include "ddp/error.h"
 

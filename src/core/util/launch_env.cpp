@@ -1,9 +1,9 @@
-#include "ddp/detail/launch_env.h"
+#include "util/launch_env.h"
 
 #include <cstdlib>
 
 #include "ddp/error.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp::detail {
 namespace {

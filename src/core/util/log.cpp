@@ -1,4 +1,4 @@
-#include "ddp/detail/log.h"
+#include "util/log.h"
 
 #include <unistd.h>
 
@@ -20,10 +20,10 @@ void read_log_level(LogSettings& s, std::string_view name, const std::string& va
     std::string_view word;
     LogLevel level;
   };
-  static constexpr Word kWords[] = {{"debug", LogLevel::Debug},   {"DEBUG", LogLevel::Debug}, {"info", LogLevel::Info},
-                                    {"INFO", LogLevel::Info},     {"warn", LogLevel::Warn},   {"WARN", LogLevel::Warn},
-                                    {"warning", LogLevel::Warn},  {"WARNING", LogLevel::Warn}, {"error", LogLevel::Error},
-                                    {"ERROR", LogLevel::Error},   {"off", LogLevel::Off},     {"OFF", LogLevel::Off}};
+  static constexpr Word kWords[] = {
+      {"debug", LogLevel::Debug}, {"DEBUG", LogLevel::Debug}, {"info", LogLevel::Info},    {"INFO", LogLevel::Info},
+      {"warn", LogLevel::Warn},   {"WARN", LogLevel::Warn},   {"warning", LogLevel::Warn}, {"WARNING", LogLevel::Warn},
+      {"error", LogLevel::Error}, {"ERROR", LogLevel::Error}, {"off", LogLevel::Off},      {"OFF", LogLevel::Off}};
   for (const auto& w : kWords) {
     if (value == w.word) {
       s.level = w.level;

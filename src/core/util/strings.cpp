@@ -1,4 +1,4 @@
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 #include <algorithm>
 #include <cctype>

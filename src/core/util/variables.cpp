@@ -1,9 +1,9 @@
-#include "ddp/detail/variables.h"
+#include "util/variables.h"
 
 #include <cctype>
 
 #include "ddp/error.h"
-#include "ddp/detail/log.h"
+#include "util/log.h"
 
 namespace ddp::detail {
 

@@ -6,7 +6,7 @@
 #include <algorithm>
 
 #include "agent/agent_state.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 #include "ddp/error.h"
 #include "rendezvous/store_keys.h"
 #include "reports/agent_report.h"

@@ -8,8 +8,8 @@
 #include <algorithm>
 
 #include "agent/agent_state.h"
-#include "ddp/detail/failure_record.h"
-#include "ddp/detail/strings.h"
+#include "records/failure_record.h"
+#include "util/strings.h"
 #include "reports/agent_report.h"
 #include "reports/attempt_records.h"
 #include "reports/flight_report.h"

@@ -7,9 +7,9 @@
 #include <cstring>
 
 #include "ddp/error.h"
-#include "ddp/detail/socket.h"
+#include "net/socket.h"
 #include "cli/slurm.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp::launcher {
 

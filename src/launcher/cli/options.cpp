@@ -6,7 +6,7 @@
 #include <functional>
 
 #include "ddp/error.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp::launcher {
 

@@ -8,9 +8,9 @@
 
 #include "ddp/error.h"
 #include "ddp/store.h"
-#include "ddp/detail/lost_ranks.h"
+#include "store/lost_ranks.h"
 #include "rendezvous/store_keys.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp::launcher {
 

@@ -19,7 +19,7 @@
 
 #include "rendezvous/attempt_end.h"
 #include "rendezvous/heartbeat.h"
-#include "ddp/detail/socket.h"
+#include "net/socket.h"
 #include "rendezvous/rendezvous.h"
 
 namespace ddp {

@@ -5,7 +5,7 @@
 
 #include "ddp/error.h"
 #include "rendezvous/record_text.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp::launcher {
 

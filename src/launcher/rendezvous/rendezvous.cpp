@@ -7,7 +7,7 @@
 #include "ddp/store.h"
 #include "workers/signals.h"
 #include "rendezvous/store_keys.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp::launcher {
 

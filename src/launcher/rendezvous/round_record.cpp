@@ -4,7 +4,7 @@
 
 #include "ddp/error.h"
 #include "rendezvous/record_text.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 #include "workers/worker_exit.h"
 
 namespace ddp::launcher {

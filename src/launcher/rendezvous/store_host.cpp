@@ -9,7 +9,7 @@
 #include <cstring>
 
 #include "ddp/error.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp::launcher {
 

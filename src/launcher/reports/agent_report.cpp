@@ -1,6 +1,6 @@
 #include "reports/agent_report.h"
 
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp::launcher {
 

@@ -3,7 +3,7 @@
 #include <utility>
 
 #include "reports/blame.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp::launcher {
 

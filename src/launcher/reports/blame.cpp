@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <fstream>
 
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp::launcher {
 

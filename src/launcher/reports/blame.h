@@ -1,6 +1,6 @@
 // Who a failure points at. The first worker to fail is often a victim: it timed out waiting for
 // a rank that is stopped (SIGSTOP, a debugger), stuck or gone. Two kinds of evidence say so:
-//   - the failure record ddp's core leaves in the job's store (ddp/detail/failure_record.h): the ranks
+//   - the failure record ddp's core leaves in the job's store (records/failure_record.h): the ranks
 //     the failed worker waited for (lost, behind, still inside the op), or the rank whose earlier
 //     failure it follows. Data, not text: rewording an error changes nothing here.
 //   - ddprun sees which of its own workers are stopped (state T or t in /proc/PID/stat).
@@ -14,7 +14,7 @@
 #include <sys/types.h>
 #include <vector>
 
-#include "ddp/detail/failure_record.h"
+#include "records/failure_record.h"
 
 namespace ddp::launcher {
 

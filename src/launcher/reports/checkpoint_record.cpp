@@ -10,8 +10,8 @@
 #include <fstream>
 
 #include "ddp/error.h"
-#include "ddp/detail/socket.h"
-#include "ddp/detail/strings.h"
+#include "net/socket.h"
+#include "util/strings.h"
 
 namespace ddp::launcher {
 

@@ -5,10 +5,10 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "ddp/detail/flight_analysis.h"
-#include "ddp/detail/flight_config.h"
-#include "ddp/detail/flight_dump_files.h"
-#include "ddp/detail/strings.h"
+#include "records/flight_analysis.h"
+#include "records/flight_config.h"
+#include "records/flight_dump_files.h"
+#include "util/strings.h"
 
 namespace ddp::launcher {
 

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp::launcher {
 

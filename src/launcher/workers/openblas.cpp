@@ -6,7 +6,7 @@
 #include <array>
 #include <string_view>
 
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp::launcher {
 

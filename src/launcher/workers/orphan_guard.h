@@ -8,7 +8,7 @@
 
 #include <memory>
 
-#include "ddp/detail/socket.h"
+#include "net/socket.h"
 
 namespace ddp::launcher {
 

@@ -6,7 +6,7 @@
 #include <optional>
 #include <vector>
 
-#include "ddp/detail/socket.h"
+#include "net/socket.h"
 
 namespace ddp::launcher {
 

@@ -12,7 +12,7 @@
 #include <algorithm>
 
 #include "ddp/error.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 extern char** environ;
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "ddp/detail/socket.h"
+#include "net/socket.h"
 
 namespace ddp::launcher {
 

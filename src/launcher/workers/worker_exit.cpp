@@ -4,7 +4,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp::launcher {
 

@@ -1,6 +1,6 @@
 #include "workers/worker_notes.h"
 
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 #include "workers/openblas.h"
 #include "workers/worker_env.h"
 

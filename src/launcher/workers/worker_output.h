@@ -14,7 +14,7 @@
 
 #include "workers/console.h"
 #include "workers/line_splitter.h"
-#include "ddp/detail/socket.h"
+#include "net/socket.h"
 
 namespace ddp::launcher {
 

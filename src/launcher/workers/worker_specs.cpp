@@ -5,7 +5,7 @@
 #include "reports/blame.h"
 #include "cli/environment.h"
 #include "reports/flight_report.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 #include "workers/worker_env.h"
 
 namespace ddp::launcher {

@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "ddp/detail/flight_analysis.h"
-#include "ddp/detail/flight_dump_files.h"
-#include "ddp/detail/strings.h"
+#include "records/flight_analysis.h"
+#include "records/flight_dump_files.h"
+#include "util/strings.h"
 
 namespace {
 

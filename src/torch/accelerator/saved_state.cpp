@@ -13,7 +13,7 @@
 #include "ddp/torch/checkpoint.h"
 #include "ddp/torch/collectives.h"
 #include "ddp/torch/state_dict.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp {
 

@@ -1,7 +1,7 @@
 #include "accelerator/settings.h"
 
 #include "ddp/error.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp {
 

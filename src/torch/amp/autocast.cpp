@@ -5,7 +5,7 @@
 #include "compat/torch_compat.h"
 #include "ddp/error.h"
 #include "ddp/torch/amp.h"
-#include "ddp/detail/log.h"
+#include "util/log.h"
 
 namespace ddp::amp {
 

@@ -9,7 +9,7 @@
 #include "ddp/torch/amp.h"
 #include "ddp/torch/collectives.h"
 #include "ddp/torch/zero_redundancy_optimizer.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp::amp {
 

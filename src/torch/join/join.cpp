@@ -10,8 +10,8 @@
 #include "ddp/torch/collectives.h"
 #include "join/announcement.h"
 #include "join/running_join.h"
-#include "ddp/detail/log.h"
-#include "ddp/detail/strings.h"
+#include "util/log.h"
+#include "util/strings.h"
 
 namespace ddp::detail {
 

@@ -1,7 +1,7 @@
 #include "powersgd/bucket_layout.h"
 
 #include "ddp/error.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 #include "powersgd/powersgd_access.h"
 
 namespace ddp::comm_hooks {

@@ -6,7 +6,7 @@
 
 #include "ddp/error.h"
 #include "ddp/torch/powersgd.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp::comm_hooks {
 namespace {

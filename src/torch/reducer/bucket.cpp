@@ -6,9 +6,9 @@
 #include "compat/torch_compat.h"
 #include "ddp/error.h"
 #include "ddp/torch/collectives.h"
-#include "ddp/detail/error_kind.h"
-#include "ddp/detail/log.h"
-#include "ddp/detail/strings.h"
+#include "util/error_kind.h"
+#include "util/log.h"
+#include "util/strings.h"
 
 namespace ddp::detail {
 namespace {

@@ -16,13 +16,13 @@
 #include "ddp/torch/checkpoint.h"
 #include "ddp/torch/collectives.h"
 #include "ddp/torch/distributed_data_parallel.h"
-#include "ddp/detail/socket.h"
+#include "net/socket.h"
 #include "reducer/ddp_variables.h"
 #include "reducer/model_sync.h"
 #include "reducer/reducer.h"
 #include "reducer/timeline.h"
-#include "ddp/detail/log.h"
-#include "ddp/detail/strings.h"
+#include "util/log.h"
+#include "util/strings.h"
 
 namespace ddp::detail {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "ddp/detail/variables.h"
+#include "util/variables.h"
 
 namespace ddp::detail {
 
@@ -15,7 +15,8 @@ struct DdpSettings {
 };
 
 inline constexpr Variable<DdpSettings> kDdpVariables[] = {
-    {"DDP_TIMELINE", "path-{rank}.json: a Chrome trace of each DDP step", read_text<DdpSettings, &DdpSettings::timeline>},
+    {"DDP_TIMELINE", "path-{rank}.json: a Chrome trace of each DDP step",
+     read_text<DdpSettings, &DdpSettings::timeline>},
     {"DDP_BUCKET_STREAMS", "2 (default): two DDP buckets in flight where no two ranks share a host; 1: one",
      read_integer<DdpSettings, &DdpSettings::bucket_streams, 1, 2>},
     {"DDP_STRAGGLER_REPORT", "set by ddprun: where rank 0 writes the straggler report",

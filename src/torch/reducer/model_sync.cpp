@@ -7,7 +7,7 @@
 
 #include "ddp/error.h"
 #include "ddp/torch/collectives.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp::detail {
 namespace {

@@ -15,7 +15,7 @@
 #include "reducer/ddp_variables.h"
 #include "reducer/unused_parameters.h"
 #include "shape_text.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp::detail {
 namespace {

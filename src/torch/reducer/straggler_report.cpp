@@ -4,7 +4,7 @@
 #include <array>
 #include <cstdio>
 
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp {
 namespace {

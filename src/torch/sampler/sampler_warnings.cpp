@@ -3,7 +3,7 @@
 #include <atomic>
 #include <string>
 
-#include "ddp/detail/log.h"
+#include "util/log.h"
 
 namespace ddp::detail {
 namespace {

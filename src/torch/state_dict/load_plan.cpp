@@ -4,7 +4,7 @@
 #include <map>
 
 #include "state_dict/weights.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp::detail {
 namespace {

@@ -5,7 +5,7 @@
 #include <unordered_map>
 
 #include "ddp/error.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 #include "state_dict/pickle_vocabulary.h"
 
 namespace ddp::detail::pickle {

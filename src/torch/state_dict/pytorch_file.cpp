@@ -8,7 +8,7 @@
 #include "state_dict/pickle_reader.h"
 #include "state_dict/pickle_writer.h"
 #include "state_dict/zip_archive.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp::detail::weights {
 namespace {

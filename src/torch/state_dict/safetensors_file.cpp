@@ -5,7 +5,7 @@
 #include <set>
 
 #include "ddp/error.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp::detail::weights {
 namespace {

@@ -19,7 +19,7 @@
 #include "state_dict/pytorch_file.h"
 #include "state_dict/safetensors_file.h"
 #include "state_dict/weights_file.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp {
 

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp::detail::weights {
 

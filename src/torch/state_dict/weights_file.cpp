@@ -6,7 +6,7 @@
 #include "ddp/error.h"
 #include "state_dict/pytorch_file.h"
 #include "state_dict/safetensors_file.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp::detail::weights {
 namespace {

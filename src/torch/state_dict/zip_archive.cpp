@@ -3,7 +3,7 @@
 #include <zip.h>
 
 #include "ddp/error.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp::detail::weights {
 namespace {

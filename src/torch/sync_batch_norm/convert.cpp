@@ -10,7 +10,7 @@
 
 #include "ddp/error.h"
 #include "ddp/torch/sync_batch_norm.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp {
 namespace detail {

@@ -7,7 +7,7 @@
 #include "shape_text.h"
 #include "sync_batch_norm/exchange.h"
 #include "sync_batch_norm/statistics.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp::detail {
 namespace {

@@ -8,7 +8,7 @@
 #include "ddp/error.h"
 #include "shape_text.h"
 #include "sync_batch_norm/function.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp {
 namespace {

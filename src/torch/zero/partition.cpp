@@ -4,7 +4,7 @@
 
 #include "ddp/error.h"
 #include "ddp/torch/zero_redundancy_optimizer.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp::detail {
 

@@ -13,7 +13,7 @@
 #include "ddp/distributed.h"
 #include "ddp/error.h"
 #include "ddp/torch/collectives.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp::detail {
 namespace {

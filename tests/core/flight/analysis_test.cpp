@@ -1,10 +1,10 @@
 // The analysis of the ranks' dumps, on dumps made by hand: each way of parting ways is named with
 // the right rank and sequence number, and what is fine is not blamed.
-#include "ddp/detail/flight_analysis.h"
+#include "records/flight_analysis.h"
 
 #include <gtest/gtest.h>
 
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp::detail {
 namespace {

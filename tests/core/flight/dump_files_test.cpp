@@ -1,11 +1,11 @@
 // Finding a run's dumps in a folder: the newest run's only, one per rank, and every file that
 // cannot be read named with its fault (never an exception).
-#include "ddp/detail/flight_dump_files.h"
+#include "records/flight_dump_files.h"
 
 #include <gtest/gtest.h>
 
 #include "support/launch.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp::detail {
 namespace {

@@ -1,13 +1,13 @@
 // The dump's text form and its reader: every dump reads back as it was, and every damaged or
 // foreign input is an IOError that names the file and the fault.
-#include "ddp/detail/flight_dump.h"
+#include "records/flight_dump.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "ddp/error.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 #include "support/expect_error.h"
 #include "support/launch.h"
 

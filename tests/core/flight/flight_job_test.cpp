@@ -11,12 +11,12 @@
 #include "ddp/distributed.h"
 #include "ddp/error.h"
 #include "ddp/flight_recorder.h"
-#include "ddp/detail/flight_analysis.h"
-#include "ddp/detail/flight_dump_files.h"
+#include "records/flight_analysis.h"
+#include "records/flight_dump_files.h"
 #include "support/expect_error.h"
 #include "support/launch.h"
 #include "support/multiprocess.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp {
 namespace {

@@ -8,7 +8,7 @@
 #include <map>
 
 #include "ddp/error.h"
-#include "ddp/detail/flight_config.h"
+#include "records/flight_config.h"
 #include "support/expect_error.h"
 #include "support/launch.h"
 

@@ -1,6 +1,6 @@
-// A failure as data (ddp/detail/failure_record.h): its text form, where it is kept, and the records
+// A failure as data (records/failure_record.h): its text form, where it is kept, and the records
 // real ranks leave when a peer stops or never joins.
-#include "ddp/detail/failure_record.h"
+#include "records/failure_record.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>

@@ -258,9 +258,7 @@ TEST(Failures, WaitWithATimeoutSaysWhoIsLateAndTheOpGoesOn) {
 }
 
 // DDP_DEBUG=1, for one group.
-std::map<std::string, std::string> debug() {
-  return {{"DDP_DEBUG", "1"}};
-}
+std::map<std::string, std::string> debug() { return {{"DDP_DEBUG", "1"}}; }
 
 TEST(Failures, MismatchedCollectivesAreReportedInDebugMode) {
   test::run_ranks(2, [](int rank, int) {

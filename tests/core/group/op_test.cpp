@@ -1,6 +1,6 @@
 // Pure parts of the process group: argument checks, descriptions, fingerprints, diagnosis,
 // progress records (and their publication) and the reduction kernels.
-#include "ddp/detail/op.h"
+#include "op/op.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "ddp/detail/launch_env.h"
+#include "util/launch_env.h"
 
 #include <gtest/gtest.h>
 

@@ -14,7 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "ddp/error.h"
-#include "ddp/detail/socket.h"
+#include "net/socket.h"
 
 namespace ddp {
 namespace {

@@ -16,7 +16,7 @@
 #include "ddp/distributed.h"
 #include "ddp/error.h"
 #include "ddp/tcp_store.h"
-#include "ddp/detail/socket.h"
+#include "net/socket.h"
 #include "support/expect_error.h"
 #include "support/multiprocess.h"
 

@@ -16,7 +16,7 @@
 #include "store_contract.h"
 #include "support/launch.h"
 #include "support/multiprocess.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp {
 namespace {

@@ -13,10 +13,10 @@
 
 #include "ddp/error.h"
 #include "ddp/tcp_store.h"
-#include "ddp/detail/socket.h"
+#include "net/socket.h"
 #include "store/torch_wire.h"
 #include "store_contract.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp {
 namespace {

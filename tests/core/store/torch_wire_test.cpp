@@ -9,7 +9,7 @@
 #include "ddp/error.h"
 #include "ddp/tcp_store.h"
 #include "store/torch_wire.h"
-#include "ddp/detail/strings.h"
+#include "util/strings.h"
 
 namespace ddp::detail::torch_wire {
 namespace {

@@ -1,13 +1,13 @@
-// The core's variables, each declared beside its code (ddp/detail/variables.h): what
+// The core's variables, each declared beside its code (util/variables.h): what
 // read_variables makes of each, the fallbacks, and what a bad value gives.
-#include "ddp/detail/variables.h"
+#include "util/variables.h"
 
 #include <gtest/gtest.h>
 
 #include <map>
 
-#include "ddp/detail/flight_config.h"
-#include "ddp/detail/log.h"
+#include "records/flight_config.h"
+#include "util/log.h"
 #include "ddp/error.h"
 #include "gloo/tuning.h"
 #include "group/execute.h"
@@ -119,7 +119,8 @@ TEST(Variables, TuningOutOfRangeIsAWarningAndTheDefaultAndAValueThatMeansNothing
 }
 
 TEST(Variables, AGroupsVariablesStandInFrontOfTheEnvironment) {
-  const auto env = with_overrides({{"DDP_SHM_HOST_ID", "mine"}}, env_of({{"DDP_SHM_HOST_ID", "env"}, {"DDP_SHM", "0"}}));
+  const auto env =
+      with_overrides({{"DDP_SHM_HOST_ID", "mine"}}, env_of({{"DDP_SHM_HOST_ID", "env"}, {"DDP_SHM", "0"}}));
   EXPECT_EQ(env("DDP_SHM_HOST_ID"), "mine");
   EXPECT_EQ(env("DDP_SHM"), "0");
   EXPECT_EQ(env("DDP_DEBUG"), std::nullopt);

@@ -3,7 +3,7 @@
 #include <signal.h>
 
 #include "e2e.h"
-#include "ddp/detail/flight_dump.h"
+#include "records/flight_dump.h"
 #include "reports/flight_report.h"
 
 namespace ddp::launcher::test {

@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "ddp/ddp.h"
-#include "ddp/detail/flight_dump.h"
+#include "records/flight_dump.h"
 #include "ddp/flight_recorder.h"
 #include "ddp/torch/join.h"
 #include "models.h"

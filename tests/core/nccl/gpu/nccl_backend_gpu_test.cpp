@@ -12,7 +12,7 @@
 #include "ddp/hash_store.h"
 #include "gpu_support.h"
 #include "group/execute.h"
-#include "ddp/detail/op.h"
+#include "op/op.h"
 #include "nccl/nccl_backend.h"
 
 namespace ddp {

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "ddp/types.h"
-#include "ddp/detail/failure_record.h"
-#include "ddp/detail/op.h"
+#include "records/failure_record.h"
+#include "op/op.h"
 
 namespace ddp::detail {
 
@@ -71,7 +71,7 @@ struct FlightDump {
   int restart = 0;  // TORCHELASTIC_RESTART_COUNT
   std::int64_t time_ns = 0;
   std::string reason;                    // why it was written
-  std::optional<FailureRecord> failure;  // the failure that wrote it, as data (ddp/detail/failure_record.h)
+  std::optional<FailureRecord> failure;  // the failure that wrote it, as data (records/failure_record.h)
   std::uint64_t capacity = 0;            // the most entries kept
   std::uint64_t recorded = 0;  // operations recorded since the start; the oldest recorded - entries.size() were dropped
   std::vector<FlightGroup> groups;

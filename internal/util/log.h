@@ -5,8 +5,8 @@
 
 #include <string>
 
-#include "ddp/detail/strings.h"
-#include "ddp/detail/variables.h"
+#include "util/strings.h"
+#include "util/variables.h"
 
 namespace ddp::detail {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "ddp/detail/flight_dump.h"
+#include "records/flight_dump.h"
 
 namespace ddp::detail {
 

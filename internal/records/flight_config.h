@@ -6,8 +6,8 @@
 #include <string>
 #include <string_view>
 
-#include "ddp/detail/launch_env.h"
-#include "ddp/detail/variables.h"
+#include "util/launch_env.h"
+#include "util/variables.h"
 
 namespace ddp::detail {
 

@@ -12,8 +12,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "ddp/detail/launch_env.h"
-#include "ddp/detail/strings.h"
+#include "util/launch_env.h"
+#include "util/strings.h"
 
 namespace ddp::detail {
 

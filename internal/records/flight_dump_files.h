@@ -1,12 +1,12 @@
 // A dump's file: writing it whole, and finding and reading the dumps of one run (the *.flight files
 // of a folder, or files named one by one, the newest run's only). Reading a dump is bounded by its
-// file's real size (ddp/detail/flight_dump.h).
+// file's real size (records/flight_dump.h).
 #pragma once
 
 #include <string>
 #include <vector>
 
-#include "ddp/detail/flight_dump.h"
+#include "records/flight_dump.h"
 
 namespace ddp::detail {
 

@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "ddp/detail/error_kind.h"
+#include "util/error_kind.h"
 
 namespace ddp {
 class Store;
