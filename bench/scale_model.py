@@ -3,7 +3,7 @@
 all_reduce) and of the rendezvous time, from the per-link costs measured on this machine, at 8 to
 1,024 ranks; and the model beside every measurement docs/BENCHMARKS.md records that it covers.
 
-    python3 bench/scale_model.py [--rate 10gbit] [--ranks-per-host 8] [--benchmarks docs/BENCHMARKS.md]
+    python3 bench/scale_model.py [--rate 10gbit] [--ranks-per-host 8] [--benchmarks docs/BENCHMARKS.md docs/benchmarks/HISTORY.md]
 
 Plain Python (the standard library, and two helpers of run_allreduce.py and run_nodes.py). Prints markdown tables (docs/BENCHMARKS.md "Scale on paper").
 
@@ -152,15 +152,17 @@ def print_model(model, args):
 
 
 def print_check(model, args):
-    with open(args.benchmarks) as f:
-        found = tables(f.read())
-    print("\n### The model beside the measurements in %s\n" % os.path.relpath(args.benchmarks))
+    found = []
+    for path in args.benchmarks:
+        with open(path) as f:
+            found += tables(f.read())
+    print("\n### The model beside the measurements in %s\n" % ", ".join(os.path.relpath(p) for p in args.benchmarks))
     print("| measurement | size | ddp measured (us) | ddp model (us) | model / measured | PyTorch measured (us) "
           "| ring model (us) | model / measured |")
     print("|---|---|---|---|---|---|---|---|")
     for section, heading, rows in found:
-        run = re.search(r"\((issue \d+)\)", section)
-        run = " (%s's run)" % run.group(1) if run else ""
+        run = re.search(r"\d{4}-\d\d-\d\d", section)  # HISTORY.md's sections start with their date
+        run = " (%s)" % (run.group(0) if run else "current")
         nodes = re.search(r"all_reduce float32 across (\d+) nodes x (\d+) ranks, links (\S+),", heading)
         host = re.fullmatch(r"all_reduce float32, world size (\d+)", heading)
         if nodes:
@@ -172,6 +174,8 @@ def print_check(model, args):
         else:
             continue
         for row in rows:
+            if "size" not in row:  # another table under the same heading (a chunk sweep, a summary)
+                continue
             size, d, t = parse_size(row["size"]), number(row.get(ours)), number(row.get(theirs))
             if d is None or t is None or size not in (4 << 10, 1 << 20, 16 << 20, 64 << 20):
                 continue
@@ -181,7 +185,7 @@ def print_check(model, args):
     print("\n| store rendezvous | run | connections | measured s | server CPU s | model s (N * c) | model / server CPU |")
     print("|---|---|---|---|---|---|---|")
     for section, heading, rows in found:
-        if section != "The store at scale (issue 21)":
+        if "store" not in section.lower():
             continue
         for row in rows:
             server = row.get("server")
@@ -191,7 +195,8 @@ def print_check(model, args):
             n = int(row["connections"])
             cpu = number(row.get("CPU s: server / clients"))
             m = model.rendezvous(n, server == "ddp-multi")
-            run = heading if heading != section else "(the first table)"
+            run = re.search(r"\d{4}-\d\d-\d\d", section)
+            run = run.group(0) if run else "current"
             print("| %s | %s | %d | %.2f | %.2f | %.2f | %.2f |" % (server, run, n, measured, cpu, m, m / cpu))
 
 
@@ -211,7 +216,9 @@ def main():
     p.add_argument("--server-us-per-connection", type=float, default=165, help="the store server's CPU per rank")
     p.add_argument("--multi-get-us-per-connection", type=float, default=49 * 165 / 74,
                    help="the same with the multi_get (49 us against 67-81 us, side by side on a faster VM)")
-    p.add_argument("--benchmarks", default=os.path.join(HERE, "..", "docs", "BENCHMARKS.md"))
+    p.add_argument("--benchmarks", nargs="+", help="the files whose tables the model is set beside",
+                   default=[os.path.join(HERE, "..", "docs", "BENCHMARKS.md"),
+                            os.path.join(HERE, "..", "docs", "benchmarks", "HISTORY.md")])
     args = p.parse_args()
     model = Model(args)
     print_model(model, args)
