@@ -20,6 +20,7 @@
 #include "ddp/torch/distributed_sampler.h"
 #include "sampler/sampler_warnings.h"
 #include "support/multiprocess.h"
+#include "util/log.h"
 
 namespace ddp {
 namespace {
