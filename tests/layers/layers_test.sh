@@ -7,9 +7,10 @@ source_dir="$(cd "$(dirname "$0")/../.." && pwd)"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
-fresh_copy() {  # the tree's src/ and its layer table, into $work/tree
+fresh_copy() {  # the tree's src/, internal/ and its layer table, into $work/tree
   rm -rf "$work/tree" && mkdir -p "$work/tree/cmake"
   cp -r "$source_dir/src" "$work/tree/src"
+  cp -r "$source_dir/internal" "$work/tree/internal"
   cp "$source_dir/cmake/layers.cmake" "$work/tree/cmake/"
 }
 check() { cmake -DDDP_ROOT="$work/tree" -P "$work/tree/cmake/layers.cmake" >"$work/out" 2>&1; }
@@ -45,7 +46,25 @@ expect_failure "a layer reaching sideways" 'src/core/store/tcp_store.cpp: includ
 fresh_copy
 echo '#include "group/progress.h"' >>"$work/tree/src/torch/collectives.cpp"
 expect_failure "the front reaching into the core" 'src/torch/collectives.cpp: includes "group/progress.h", a private header of the core' \
-  "src/torch builds against include/ddp only"
+  "src/torch builds against include/ddp and internal/ only"
+
+fresh_copy
+echo '#include "records/flight_dump.h"' >>"$work/tree/src/core/net/socket.cpp"
+expect_failure "a layer reaching up into internal/" 'src/core/net/socket.cpp: includes "records/flight_dump.h"' \
+  "layer 'net' does not use"
+
+fresh_copy
+echo '#include "records/flight_dump.h"' >>"$work/tree/internal/util/strings.h"
+expect_failure "an internal header reaching up" 'internal/util/strings.h: includes "records/flight_dump.h"' \
+  "layer 'util' does not use"
+
+fresh_copy
+touch "$work/tree/src/core/util/strings.h"
+expect_failure "one name for two headers" "internal/util/strings.h and src/core/util/strings.h are both"
+
+fresh_copy
+mkdir -p "$work/tree/internal/torch" && touch "$work/tree/internal/torch/x.h"
+expect_failure "a folder of internal/ that is no layer" "internal/torch: not a layer"
 
 fresh_copy
 echo '#include "store/connection.h"' >>"$work/tree/src/launcher/agent/agent.h"
